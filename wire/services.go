@@ -1,0 +1,35 @@
+package wire
+
+import (
+	"context"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// Rewriter analyses SQL text. rewrite.Rewriter implements it; wire depends
+// only on this interface so that it builds and tests without cgo.
+type Rewriter interface {
+	// Plan returns the plan for sql; never nil (plan.Passthrough when the
+	// proxy has nothing to do, including text that does not parse: the
+	// server then reports the syntax error itself). The plan is shared and
+	// must not be modified.
+	Plan(sql string) *plan.Plan
+}
+
+// Snowflakes serves the fast path and the extension statements. compat
+// implements it on top of generator.
+type Snowflakes interface {
+	// Nextval issues the next snowflake of the sequence with OID seq in
+	// database, with node bits node (1..1023), following the pgEdge rule
+	// and the sequence's INCREMENT. The session has already resolved the
+	// name and checked privileges, node and transaction state.
+	//
+	// Any error means only that the fast path cannot serve this call (for
+	// example the shim is not installed in that database): the session
+	// then lets the server's shim produce the value or the error. Errors
+	// are logged, never shown to the client.
+	Nextval(ctx context.Context, database string, seq uint32, node int) (int64, error)
+	// ExtensionSQL returns one SQL statement (a DO block) that performs the
+	// extension statement op in the client's own session and transaction.
+	ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error)
+}
