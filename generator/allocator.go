@@ -1,0 +1,173 @@
+package generator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// allocator issues the positions of one Key inside its current lease.
+//
+// The hot path is lock-free: the last issued position is one atomic word
+// advanced by compare-and-swap, and the lease end (hi) another. Invariants:
+//
+//   - only a renewal writes hi, and only one renewal runs at a time;
+//   - hi only grows; a renewal that must jump (foreign issuance) raises last
+//     to Lo before it publishes the new hi. An issuer that read the old hi
+//     can only issue p <= old hi <= Lo, and its CAS fails if the jump came
+//     first; an issuer that read the new hi also sees the jump. So every
+//     issued position lies in a lease and above anything issued by others.
+type allocator struct {
+	g   *Generator
+	key Key
+
+	last atomic.Int64 // last issued position (or the jump target)
+	hi   atomic.Int64 // end of the current lease, inclusive; 0 before the first
+	inc  atomic.Int64 // INCREMENT BY, clamped to >= 1; 0 until the first lease
+
+	renewing atomic.Bool  // a renewal is in flight: spares the hot path a.mu
+	retryAt  atomic.Int64 // ms; no background renewal before this after a failure
+
+	mu     sync.Mutex
+	flight *renewal // the renewal in flight, shared by everyone waiting
+}
+
+// renewal is one Lease call; err is valid once done is closed.
+type renewal struct {
+	need int64 // position the starter is blocked on (0: background)
+	done chan struct{}
+	err  error
+}
+
+// next issues the next position. It waits for the store only when the lease
+// has no room for that position.
+func (a *allocator) next(ctx context.Context) (int64, error) {
+	// One clock read per call (it is most of the cost, see SystemClock); a CAS
+	// retry reuses it, which the rule allows: it only ever moves forward.
+	now := a.g.clock.NowMs()
+	for {
+		hi := a.hi.Load()
+		last := a.last.Load()
+		p := Next(last, now, a.inc.Load())
+		if p <= hi {
+			if !a.last.CompareAndSwap(last, p) {
+				continue
+			}
+			if now+a.g.renewBeforeMs >= hi>>CountBits && !a.renewing.Load() {
+				a.renewSoon(now)
+			}
+			return p, nil
+		}
+		if err := a.await(ctx, p); err != nil {
+			return 0, err
+		}
+		now = a.g.clock.NowMs()
+	}
+}
+
+// renewSoon starts a background renewal unless one failed very recently.
+func (a *allocator) renewSoon(now int64) {
+	if now < a.retryAt.Load() {
+		return
+	}
+	// ErrClosed only: the next Next reports it.
+	_, _ = a.start(0)
+}
+
+// await starts a renewal for position need (or joins the one in flight)
+// and waits for it. The renewal itself runs under the Generator's context,
+// so one caller giving up does not fail it for the others.
+func (a *allocator) await(ctx context.Context, need int64) error {
+	r, err := a.start(need)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("generator: waiting for a lease for %v: %w", a.key, ctx.Err())
+	}
+}
+
+// start returns the renewal in flight, starting one if there is none.
+func (a *allocator) start(need int64) (*renewal, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.flight != nil {
+		return a.flight, nil
+	}
+	r := &renewal{need: need, done: make(chan struct{})}
+	if err := a.g.goRenew(a, r); err != nil {
+		return nil, err
+	}
+	a.flight = r
+	a.renewing.Store(true)
+	return r, nil
+}
+
+// renew runs one renewal on its own goroutine and publishes the outcome.
+func (a *allocator) renew(r *renewal) {
+	defer a.g.wg.Done()
+	err := a.lease(a.g.ctx, r.need)
+	if err != nil {
+		a.retryAt.Store(a.g.clock.NowMs() + a.g.retryMs)
+		a.g.logger.Warn("lease renewal failed", "database", a.key.Database,
+			"seq", a.key.Seq, "node", a.key.Node, "err", err)
+	}
+	a.mu.Lock()
+	a.flight = nil
+	a.renewing.Store(false)
+	a.mu.Unlock()
+	r.err = err
+	close(r.done)
+}
+
+// lease takes the next lease from the store and installs it; the lease
+// covers at least position need. Only one runs at a time per allocator
+// (start's single flight).
+func (a *allocator) lease(ctx context.Context, need int64) error {
+	store, key := a.g.store, a.key
+	if a.inc.Load() == 0 {
+		inc, err := store.Increment(ctx, key)
+		if err != nil {
+			return fmt.Errorf("generator: increment of %v: %w", key, err)
+		}
+		a.inc.Store(max(inc, 1)) // see Next (rule.go) for the clamp
+	}
+	prevHi := a.hi.Load()
+	if prevHi >= MaxPosition {
+		return fmt.Errorf("generator: %v: %w", key, ErrExhausted)
+	}
+	// A lease reaches LeaseDuration past now, which bounds how far IDs run
+	// ahead of the clock. When they already ran past that (more than 4096
+	// IDs per ms, or INCREMENT >= 4096 at more than 1000 IDs/s), a blocked
+	// caller still needs its position: ask for the rest of its ms, so the
+	// drift grows by at most one ms per store round trip instead of the
+	// store granting one position (hw+1) per round trip. The extension has
+	// no bound at all there; sleeping for the clock would stall clients.
+	want := Position(a.g.clock.NowMs()+a.g.leaseMs, MaxCount)
+	want = min(max(want, need|MaxCount), MaxPosition)
+	l, err := store.Lease(ctx, key, prevHi, want)
+	if err != nil {
+		return fmt.Errorf("generator: lease for %v: %w", key, err)
+	}
+	l.Hi = min(l.Hi, MaxPosition)
+	if l.Hi <= l.Lo || l.Hi <= prevHi {
+		return fmt.Errorf("generator: lease for %v: store granted (%d, %d] after %d: %w",
+			key, l.Lo, l.Hi, prevHi, ErrExhausted)
+	}
+	if l.Lo != prevHi {
+		// Someone else issued (or reserved) positions since our last lease:
+		// continue above them. With Lo == prevHi the window simply extends.
+		for {
+			last := a.last.Load()
+			if last >= l.Lo || a.last.CompareAndSwap(last, l.Lo) {
+				break
+			}
+		}
+	}
+	a.hi.Store(l.Hi)
+	return nil
+}

@@ -1,0 +1,180 @@
+package generator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	// ErrClosed is returned by Next after Close.
+	ErrClosed = errors.New("generator: closed")
+	// ErrNode is returned (wrapped) for a Key whose Node is not in 1..MaxNode.
+	ErrNode = errors.New("generator: node out of range 1..1023")
+	// ErrExhausted is returned (wrapped) when the ms field would pass MaxMs
+	// (the year 2092) or a store grants a lease that does not advance.
+	ErrExhausted = errors.New("generator: positions exhausted")
+)
+
+// Config configures a Generator. Zero values of the optional fields are
+// documented defaults.
+type Config struct {
+	// Store reserves windows of positions durably. Required.
+	Store LeaseStore
+	// Clock gives the current time. If nil, SystemClock is used.
+	Clock Clock
+	// LeaseDuration is how far past now each lease reaches: a lease asks for
+	// positions up to Position(now+LeaseDuration, MaxCount). It also bounds
+	// how far IDs may run ahead of the clock. If 0, 2s is used.
+	LeaseDuration time.Duration
+	// RenewBefore starts a background renewal once now is closer than this
+	// to the end of the current lease, so the hot path does not wait for the
+	// store. Must be less than LeaseDuration. If 0, LeaseDuration/2 is used.
+	RenewBefore time.Duration
+	// Logger receives failed background renewals. If nil, slog.Default() is
+	// used.
+	Logger *slog.Logger
+}
+
+// Generator issues IDs for any number of Keys, one allocator per Key. It is
+// safe for concurrent use. Create it with New and stop it with Close.
+type Generator struct {
+	store         LeaseStore
+	clock         Clock
+	leaseMs       int64
+	renewBeforeMs int64
+	retryMs       int64 // pause before a failed background renewal is retried
+	logger        *slog.Logger
+
+	// allocs is copy-on-write: readers load it without a lock or an
+	// allocation, writers (a new Key, rare) copy it under mu. Keys are few
+	// (databases x sequences x nodes), so the copy is cheap.
+	allocs atomic.Pointer[allocTable]
+	closed atomic.Bool
+
+	mu     sync.Mutex // serialises allocs writers; orders wg.Add before Close's Wait
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // running renewals
+}
+
+// New validates cfg and returns a Generator. It does not contact the store:
+// the first Next for a Key takes that Key's first lease.
+func New(cfg Config) (*Generator, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("generator: Config.Store is required")
+	}
+	if cfg.LeaseDuration < 0 || cfg.RenewBefore < 0 {
+		return nil, errors.New("generator: negative LeaseDuration or RenewBefore")
+	}
+	lease := cfg.LeaseDuration
+	if lease == 0 {
+		lease = 2 * time.Second
+	}
+	if lease < time.Millisecond {
+		return nil, fmt.Errorf("generator: LeaseDuration %v is below 1ms", lease)
+	}
+	renew := cfg.RenewBefore
+	if renew == 0 {
+		renew = lease / 2
+	}
+	if renew >= lease {
+		return nil, fmt.Errorf("generator: RenewBefore %v must be less than LeaseDuration %v", renew, lease)
+	}
+	g := &Generator{
+		store:         cfg.Store,
+		clock:         cfg.Clock,
+		leaseMs:       lease.Milliseconds(),
+		renewBeforeMs: renew.Milliseconds(),
+		logger:        cfg.Logger,
+	}
+	if g.clock == nil {
+		g.clock = SystemClock{}
+	}
+	if g.logger == nil {
+		g.logger = slog.Default()
+	}
+	g.logger = g.logger.With("component", "generator")
+	g.retryMs = max(1, g.renewBeforeMs/10)
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.allocs.Store(newAllocTable(nil))
+	return g, nil
+}
+
+// Next returns the next ID for key, with key.Node in the node bits. IDs of
+// one Key are strictly increasing. Inside a lease it does not wait for the
+// store; it blocks (until ctx is done) only for a Key's first lease and when
+// the current lease has no room left. Store errors are returned wrapped.
+func (g *Generator) Next(ctx context.Context, key Key) (int64, error) {
+	if g.closed.Load() {
+		return 0, ErrClosed
+	}
+	a := g.allocs.Load().get(key)
+	if a == nil {
+		var err error
+		if a, err = g.allocator(key); err != nil {
+			return 0, err
+		}
+	}
+	pos, err := a.next(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return IDAt(pos, key.Node), nil
+}
+
+// allocator returns key's allocator, creating it (slow path).
+func (g *Generator) allocator(key Key) (*allocator, error) {
+	if key.Node < 1 || key.Node > MaxNode {
+		return nil, fmt.Errorf("%w: %d", ErrNode, key.Node)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.allocs.Load()
+	if a := t.get(key); a != nil {
+		return a, nil
+	}
+	a := &allocator{g: g, key: key}
+	g.allocs.Store(t.with(a))
+	return a, nil
+}
+
+// goRenew starts a.renew(r) on a tracked goroutine, unless the Generator is
+// closed. Holding mu makes wg.Add happen before Close's Wait.
+func (g *Generator) goRenew(a *allocator, r *renewal) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed.Load() {
+		return ErrClosed
+	}
+	g.wg.Add(1)
+	go a.renew(r)
+	return nil
+}
+
+// Close stops background renewals and waits for running ones to return, or
+// for ctx to be done. Next fails with ErrClosed afterwards. Leases already
+// granted are not released: they expire with time, as after a crash.
+func (g *Generator) Close(ctx context.Context) error {
+	g.mu.Lock()
+	g.closed.Store(true)
+	g.mu.Unlock()
+	g.cancel() // renewals in the store see a done context
+	done := make(chan struct{})
+	go g.waitRenewals(done)
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("generator: close: %w", ctx.Err())
+	}
+}
+
+func (g *Generator) waitRenewals(done chan<- struct{}) {
+	g.wg.Wait()
+	close(done)
+}
