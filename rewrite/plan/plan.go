@@ -145,6 +145,9 @@ type Value struct {
 // so currval is right whichever path issued the latest value.
 const CurrvalFunc = "snowflake._currval"
 
+// NextvalFunc is the shim function an unfilled Nextval slot calls.
+const NextvalFunc = "snowflake.nextval"
+
 // RenderLiteral appends the template to dst with slots replaced by literal
 // values (simple protocol). vals is indexed by slot.
 func (t *Template) RenderLiteral(dst []byte, vals []Value) []byte {
@@ -156,6 +159,13 @@ func (t *Template) RenderLiteral(dst []byte, vals []Value) []byte {
 		s, v := &t.Slots[i], &vals[i]
 		switch s.Op {
 		case Nextval:
+			if !v.Valid {
+				// The proxy has no value: the server's shim issues it.
+				dst = append(dst, NextvalFunc+"("...)
+				dst = append(dst, s.Arg...)
+				dst = append(dst, ')')
+				break
+			}
 			dst = append(dst, '(')
 			dst = strconv.AppendInt(dst, v.ID, 10)
 			dst = append(dst, "::int8)"...)
@@ -190,10 +200,14 @@ func (t *Template) RenderParams(dst []byte, base int, vals []Value) []byte {
 		s := &t.Slots[i]
 		switch s.Op {
 		case Nextval:
+			// A NULL bind value (no fast-path value for this execution)
+			// lets the server's shim issue the ID.
 			n++
-			dst = append(dst, "($"...)
+			dst = append(dst, "COALESCE($"...)
 			dst = strconv.AppendInt(dst, int64(n), 10)
-			dst = append(dst, "::int8)"...)
+			dst = append(dst, "::int8, "+NextvalFunc+"("...)
+			dst = append(dst, s.Arg...)
+			dst = append(dst, "))"...)
 		case Currval:
 			n++
 			dst = append(dst, CurrvalFunc+"("...)

@@ -1,0 +1,157 @@
+package rewrite
+
+import (
+	"sort"
+	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// analyzer holds the state of one analysis: the text, its tokens (scanned
+// on first need), the edits collected so far and the plan being built.
+type analyzer struct {
+	sql  string
+	toks []token
+	scan bool // toks is valid
+	// noSlots is set while analysing a statement whose calls must stay
+	// calls: an earlier statement of the string (or the statement itself,
+	// through set_config) may change what a generated value depends on.
+	noSlots bool
+	edits   []edit
+	p       plan.Plan
+	local   *plan.Local
+}
+
+// edit replaces sql[start:end] by a literal text or by a slot. An edit with
+// start == end inserts.
+type edit struct {
+	start, end int
+	text       string
+	isSlot     bool
+	slot       plan.Slot
+}
+
+// analyze parses sql and builds its plan. Any failure, including a panic
+// in the parser bindings or in the analysis, yields plan.Passthrough. The
+// plan's template holds slices of sql: callers pass a string they own.
+func analyze(sql string) (p *plan.Plan) {
+	defer func() {
+		if recover() != nil {
+			p = plan.Passthrough
+		}
+	}()
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) == 0 {
+		return plan.Passthrough
+	}
+	a := &analyzer{sql: sql}
+	a.p.Statements = make([]plan.Statement, len(tree.Stmts))
+	for i, raw := range tree.Stmts {
+		// Generated values are computed before the string is sent, from
+		// the session's mirror of node, search_path, role, read-only state
+		// and catalog. A statement that comes after one that may change
+		// them (SET snowflake.node, CREATE SEQUENCE, BEGIN READ ONLY ...)
+		// keeps its calls: the shim evaluates them after the change.
+		before := a.p.Touches &^ plan.TouchPrepared
+		own := a.scanParamsAndCalls(raw)
+		a.noSlots = before != 0 || own != 0
+		a.p.Touches |= own
+		a.p.Statements[i] = a.statement(raw, len(tree.Stmts) == 1)
+	}
+	return a.finish()
+}
+
+// statement analyses one raw statement and returns its plan entry.
+func (a *analyzer) statement(raw *pg_query.RawStmt, only bool) plan.Statement {
+	var st plan.Statement
+	if raw.Stmt == nil {
+		return st
+	}
+	a.p.Touches |= stmtTouches(raw.Stmt)
+	switch n := raw.Stmt.Node.(type) {
+	case *pg_query.Node_SelectStmt:
+		a.topSelect(n.SelectStmt, only)
+	case *pg_query.Node_InsertStmt:
+		if sel := n.InsertStmt.SelectStmt.GetSelectStmt(); sel != nil {
+			a.onceQuery(sel)
+		}
+	case *pg_query.Node_VariableSetStmt:
+		st.Tag = a.setNode(raw, n.VariableSetStmt)
+	case *pg_query.Node_CreateExtensionStmt:
+		st.Tag = a.createExtension(raw, n.CreateExtensionStmt)
+	case *pg_query.Node_DropStmt:
+		st.Tag = a.dropExtension(raw, n.DropStmt)
+	case *pg_query.Node_AlterExtensionStmt:
+		st.Tag = a.alterExtension(raw, n.AlterExtensionStmt)
+	case *pg_query.Node_DeallocateStmt:
+		d := n.DeallocateStmt
+		if d.Isall || d.Name == "" {
+			a.p.DeallocateAll = true
+		} else if a.p.Deallocate == "" {
+			// A string deallocating several names reports the first:
+			// keeping a stale entry for the others is harmless (the next
+			// Parse of that name replaces it), forgetting a live one is not.
+			a.p.Deallocate = d.Name
+		}
+	}
+	return st
+}
+
+// addEdit records an edit.
+func (a *analyzer) addEdit(e edit) { a.edits = append(a.edits, e) }
+
+// finish assembles the template from the edits and returns the plan, or
+// plan.Passthrough when there is nothing to do.
+func (a *analyzer) finish() *plan.Plan {
+	if len(a.edits) == 0 && a.p.Touches == 0 && a.p.Deallocate == "" && !a.p.DeallocateAll && !hasTag(a.p.Statements) {
+		return plan.Passthrough
+	}
+	p := a.p
+	if len(a.edits) > 0 {
+		t, ok := a.template()
+		if !ok {
+			return plan.Passthrough
+		}
+		p.Template = t
+		p.Local = a.local
+	}
+	return &p
+}
+
+func hasTag(sts []plan.Statement) bool {
+	for _, s := range sts {
+		if s.Tag != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// template builds the Template from the edits: the text between edits is
+// kept byte for byte. It fails (ok false) when edits overlap, which would
+// be a bug in the analysis: the text is then forwarded unchanged.
+func (a *analyzer) template() (*plan.Template, bool) {
+	sort.SliceStable(a.edits, func(i, j int) bool { return a.edits[i].start < a.edits[j].start })
+	t := &plan.Template{}
+	var part strings.Builder
+	pos := 0
+	for _, e := range a.edits {
+		if e.start < pos || e.end < e.start || e.end > len(a.sql) {
+			return nil, false
+		}
+		part.WriteString(a.sql[pos:e.start])
+		if e.isSlot {
+			t.Parts = append(t.Parts, part.String())
+			part.Reset()
+			t.Slots = append(t.Slots, e.slot)
+		} else {
+			part.WriteString(e.text)
+		}
+		pos = e.end
+	}
+	part.WriteString(a.sql[pos:])
+	t.Parts = append(t.Parts, part.String())
+	return t, true
+}

@@ -1,0 +1,37 @@
+// Package rewrite turns SQL text into a plan.Plan: what the proxy must do
+// with a statement string before (or instead of) sending it to the server.
+// It is the only package that imports the PostgreSQL parser (pg_query_go,
+// cgo); everything it produces is described by the pure-Go package
+// rewrite/plan, so callers (wire) build and test without cgo.
+//
+// Layers, in the order Plan applies them:
+//
+//   - prefilter.go: NeedsParse decides without parsing or allocating
+//     whether the text may concern the proxy at all. Most traffic stops
+//     here and gets plan.Passthrough.
+//   - cache.go: plans are cached by SQL text (bounded, sharded, CLOCK
+//     eviction); a hit costs a hash and a read lock.
+//   - analyze.go: parses with pg_query and walks each raw statement,
+//     collecting edits (byte ranges of the original text to replace) that
+//     become the plan's Template. tokens.go finds the ends of calls and
+//     statements (the parse tree only records where nodes start).
+//   - calls.go: snowflake.nextval/currval calls evaluated once per
+//     execution (SELECT without FROM, VALUES) become Nextval/Currval slots;
+//     Local plans for statements the proxy can answer alone.
+//   - extension.go: CREATE/DROP/ALTER EXTENSION snowflake become one slot
+//     each, filled by the session with the shim's SQL.
+//   - setnode.go: SET/RESET snowflake.node become a DO block that enforces
+//     what the real extension enforces (superuser, integer 0..1023).
+//   - touch.go: which session or catalog state a statement may change.
+//
+// Generated values are computed before a string is sent, from the session's
+// mirror of the node, search_path, role, read-only state and catalog. In a
+// multi-statement string, statements after one that may change that state
+// (any touch but TouchPrepared), and statements calling set_config, get no
+// slots.
+//
+// What the package deliberately leaves to the server (and so to the SQL
+// shim): every call it cannot prove to be evaluated exactly once per
+// execution, calls with arguments other than a literal sequence name, and
+// everything that does not parse.
+package rewrite

@@ -1,0 +1,1 @@
+CREATE SEQUENCE s; SELECT snowflake.nextval('s')

@@ -1,0 +1,1 @@
+SELECT snowflake.nextval(); SET snowflake.node = 2; SELECT snowflake.nextval(); DEALLOCATE x

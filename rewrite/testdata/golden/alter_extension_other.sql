@@ -1,0 +1,1 @@
+ALTER EXTENSION snowflake ADD FUNCTION f()

@@ -1,0 +1,1 @@
+SELECT snowflake.nextval($1), snowflake.nextval('bad name'), snowflake.nextval('a.b.c.d'), snowflake.nextval(12345), snowflake.nextval('s'::text), snowflake.nextval(seq => 's'), snowflake.nextval('ok')

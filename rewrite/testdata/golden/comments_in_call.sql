@@ -1,0 +1,2 @@
+SELECT snowflake . nextval ( /* c */ 's' -- x
+ ) AS id

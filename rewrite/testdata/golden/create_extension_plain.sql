@@ -1,0 +1,1 @@
+/* install */ create extension snowflake ; -- done

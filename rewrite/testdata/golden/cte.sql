@@ -1,0 +1,1 @@
+WITH x AS (SELECT snowflake.nextval()) SELECT * FROM x

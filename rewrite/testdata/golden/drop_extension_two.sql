@@ -1,0 +1,1 @@
+DROP EXTENSION snowflake, pgcrypto

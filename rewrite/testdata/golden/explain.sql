@@ -1,0 +1,1 @@
+EXPLAIN ANALYZE SELECT snowflake.nextval()

@@ -1,0 +1,1 @@
+INSERT INTO t (id) SELECT snowflake.nextval()

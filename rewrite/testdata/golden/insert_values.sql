@@ -1,0 +1,1 @@
+INSERT INTO orders (id, note) VALUES (snowflake.nextval('orders_id_seq'), 'a'), (snowflake.nextval('orders_id_seq'), $1), (DEFAULT, $2) ON CONFLICT (id) DO UPDATE SET id = snowflake.nextval() RETURNING id, snowflake.currval('orders_id_seq')

@@ -1,0 +1,1 @@
+SELECT CASE WHEN $1 THEN snowflake.nextval() END, coalesce(snowflake.nextval(), 0); SELECT snowflake.nextval() WHERE false; SELECT snowflake.nextval() LIMIT 1; SELECT DISTINCT snowflake.nextval(); SELECT (SELECT snowflake.nextval())

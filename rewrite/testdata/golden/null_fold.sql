@@ -1,0 +1,1 @@
+SELECT NULL + snowflake.nextval(), snowflake.nextval()

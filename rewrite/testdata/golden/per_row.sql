@@ -1,0 +1,1 @@
+SELECT snowflake.nextval() FROM generate_series(1,10)

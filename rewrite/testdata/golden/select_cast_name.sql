@@ -1,0 +1,1 @@
+SELECT (snowflake.nextval())::text, snowflake.nextval()::int8 /* c */, CAST(snowflake.currval() AS bigint), -snowflake.nextval()

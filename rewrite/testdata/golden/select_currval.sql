@@ -1,0 +1,1 @@
+select snowflake.currval('orders_id_seq')

@@ -1,0 +1,1 @@
+SELECT snowflake.get_node(snowflake.nextval()), snowflake.format(snowflake.currval())

@@ -1,0 +1,1 @@
+SELECT snowflake.nextval('public.orders_id_seq'::regclass) AS id

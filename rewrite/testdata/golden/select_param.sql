@@ -1,0 +1,1 @@
+SELECT snowflake.nextval() + $1::int8 * 0

@@ -1,0 +1,1 @@
+SET snowflake.node TO DEFAULT

@@ -1,0 +1,1 @@
+set Snowflake.Node = 2.5

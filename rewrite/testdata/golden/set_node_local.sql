@@ -1,0 +1,1 @@
+SET LOCAL snowflake.node TO '0x10'

@@ -1,0 +1,1 @@
+SET snowflake.node = 1, 2

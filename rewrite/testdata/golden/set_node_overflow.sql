@@ -1,0 +1,1 @@
+SET snowflake.node = 99999999999

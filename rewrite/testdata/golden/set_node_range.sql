@@ -1,0 +1,1 @@
+SET SESSION snowflake.node = 1024

@@ -1,0 +1,1 @@
+SELECT snowflake.nextval(), generate_series(1,3)

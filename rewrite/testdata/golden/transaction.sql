@@ -1,0 +1,1 @@
+BEGIN; SET LOCAL snowflake.node = 3; SELECT snowflake.nextval(); COMMIT

@@ -1,0 +1,1 @@
+UPDATE t SET id = snowflake.nextval() WHERE id = $1

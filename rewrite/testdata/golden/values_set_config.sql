@@ -1,0 +1,1 @@
+VALUES (set_config('search_path', 'app', false), snowflake.nextval())

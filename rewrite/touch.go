@@ -1,0 +1,133 @@
+package rewrite
+
+import (
+	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// stmtTouches returns the session and catalog state a statement may change.
+// It errs towards reporting too much: a touch only makes the session
+// re-read its mirror at the next safe point.
+func stmtTouches(n *pg_query.Node) plan.Touch {
+	switch x := n.Node.(type) {
+	case *pg_query.Node_VariableSetStmt:
+		return setTouches(x.VariableSetStmt)
+	case *pg_query.Node_TransactionStmt:
+		t := x.TransactionStmt
+		if t.Kind == pg_query.TransactionStmtKind_TRANS_STMT_BEGIN || t.Kind == pg_query.TransactionStmtKind_TRANS_STMT_START {
+			for _, o := range t.Options {
+				if o.GetDefElem().GetDefname() == "transaction_read_only" {
+					return plan.TouchReadOnly
+				}
+			}
+		}
+		return 0
+	case *pg_query.Node_DiscardStmt:
+		switch x.DiscardStmt.Target {
+		case pg_query.DiscardMode_DISCARD_ALL:
+			return plan.TouchAll | plan.TouchPrepared
+		case pg_query.DiscardMode_DISCARD_TEMP:
+			return plan.TouchCatalog // temporary tables (and their defaults) are gone
+		}
+		return 0
+	case *pg_query.Node_DeallocateStmt:
+		return plan.TouchPrepared
+	case *pg_query.Node_DoStmt:
+		// A DO block may run DDL and SET anything.
+		return plan.TouchCatalog | plan.TouchNode | plan.TouchSearchPath | plan.TouchRole
+	case *pg_query.Node_SelectStmt:
+		if x.SelectStmt.IntoClause != nil {
+			return plan.TouchCatalog // SELECT INTO creates a table
+		}
+		return 0
+	}
+	if isDDL(n) {
+		return plan.TouchCatalog
+	}
+	return 0
+}
+
+func setTouches(s *pg_query.VariableSetStmt) plan.Touch {
+	if s.Kind == pg_query.VariableSetKind_VAR_RESET_ALL {
+		return plan.TouchAll
+	}
+	name := strings.ToLower(s.Name)
+	switch name {
+	case nodeGUC:
+		return plan.TouchNode
+	case "search_path":
+		return plan.TouchSearchPath
+	case "role", "session_authorization":
+		return plan.TouchRole
+	case "transaction_read_only", "default_transaction_read_only",
+		"transaction", "session characteristics":
+		// SET TRANSACTION and SET SESSION CHARACTERISTICS are VAR_SET_MULTI
+		// statements named "TRANSACTION" and "SESSION CHARACTERISTICS".
+		return plan.TouchReadOnly
+	}
+	return 0
+}
+
+// ddlStmts are the statement nodes (by protobuf field name of pg_query's
+// Node) that change the catalog, besides every create_*, alter_* and drop*
+// statement.
+var ddlStmts = map[string]bool{
+	"comment_stmt": true, "grant_stmt": true, "grant_role_stmt": true,
+	"truncate_stmt": true, "reassign_owned_stmt": true, "sec_label_stmt": true,
+	"import_foreign_schema_stmt": true, "refresh_mat_view_stmt": true,
+	"rename_stmt": true, "index_stmt": true, "view_stmt": true, "rule_stmt": true,
+	"define_stmt": true, "composite_type_stmt": true,
+}
+
+func isDDL(n *pg_query.Node) bool {
+	m := n.ProtoReflect()
+	fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("node"))
+	if fd == nil {
+		return false
+	}
+	name := string(fd.Name())
+	return strings.HasPrefix(name, "create") || strings.HasPrefix(name, "alter") ||
+		strings.HasPrefix(name, "drop") || ddlStmts[name]
+}
+
+// scanParamsAndCalls walks a whole statement: MaxParam is the highest $n
+// anywhere; a set_config(...) call anywhere may change any setting. It
+// returns the touches of such calls.
+func (a *analyzer) scanParamsAndCalls(raw *pg_query.RawStmt) plan.Touch {
+	var t plan.Touch
+	walk(raw.ProtoReflect(), func(m protoreflect.Message) {
+		switch x := m.Interface().(type) {
+		case *pg_query.ParamRef:
+			if int(x.Number) > a.p.MaxParam {
+				a.p.MaxParam = int(x.Number)
+			}
+		case *pg_query.FuncCall:
+			if len(x.Funcname) > 0 && x.Funcname[len(x.Funcname)-1].GetString_().GetSval() == "set_config" {
+				t |= plan.TouchNode | plan.TouchSearchPath | plan.TouchRole
+			}
+		}
+	})
+	return t
+}
+
+// walk calls visit for m and every message below it.
+func walk(m protoreflect.Message, visit func(protoreflect.Message)) {
+	visit(m)
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsMap() || fd.Message() == nil:
+		case fd.IsList():
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				walk(l.Get(i).Message(), visit)
+			}
+		default:
+			walk(v.Message(), visit)
+		}
+		return true
+	})
+}
