@@ -9,4 +9,6 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
 	_ "github.com/pganalyze/pg_query_go/v6"
+	_ "gorm.io/driver/postgres"
+	_ "gorm.io/gorm"
 )
