@@ -1,0 +1,50 @@
+// Command snowflake-proxy is a PostgreSQL wire-protocol proxy that makes the
+// pgEdge snowflake extension's SQL API work on a stock PostgreSQL.
+//
+//	snowflake-proxy [flags]          run the proxy
+//	snowflake-proxy decode ID...     print the fields of snowflake IDs
+//	snowflake-proxy version          print the version
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Signals: make(chan os.Signal, 2)}
+	signal.Notify(m.Signals, syscall.SIGINT, syscall.SIGTERM)
+	os.Exit(m.Run(ctx, os.Args[1:]))
+}
+
+// Main is the program, with its environment as fields so tests can run it.
+type Main struct {
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	// Signals delivers SIGINT/SIGTERM: the first drains sessions for the
+	// grace period, a second one aborts.
+	Signals chan os.Signal
+}
+
+// Run executes the command line and returns the exit code.
+func (m *Main) Run(ctx context.Context, args []string) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "decode":
+			return m.runDecode(args[1:])
+		case "version":
+			fmt.Fprintln(m.Stdout, "snowflake-proxy", version)
+			return 0
+		}
+	}
+	return m.runProxy(ctx, args)
+}

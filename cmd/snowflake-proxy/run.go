@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/app"
+)
+
+// options are the proxy's flags; each is also read from the environment as
+// SNOWFLAKE_PROXY_<NAME> (upper case, dashes as underscores), the flag
+// winning when both are given.
+type options struct {
+	listen, upstream, dataDir string
+	node                      int
+	tlsCert, tlsKey, logLevel string
+	grace                     time.Duration
+}
+
+func (m *Main) parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("snowflake-proxy", flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:6432", "address for clients")
+	fs.StringVar(&o.upstream, "upstream", "", "PostgreSQL to front: postgres:// URL, host:port or Unix-socket directory (empty: start an embedded private server)")
+	fs.StringVar(&o.dataDir, "data-dir", app.DefaultDataDir(), "data directory of the embedded server (reused across runs)")
+	fs.IntVar(&o.node, "node", 0, "this instance's snowflake.node, 1..1023")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate (PEM) for clients")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key (PEM) for clients")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long sessions may finish before they are closed")
+	fs.Usage = func() {
+		fmt.Fprintln(m.Stderr, "usage: snowflake-proxy [flags]\n       snowflake-proxy decode ID...\n       snowflake-proxy version\n\nflags (each also settable as SNOWFLAKE_PROXY_<NAME>):")
+		fs.PrintDefaults()
+	}
+	// Environment first, so that flags given on the command line win.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "SNOWFLAKE_PROXY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := m.Getenv(name); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("invalid %s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.node != 0 && (o.node < 1 || o.node > 1023) {
+		return nil, fmt.Errorf("invalid --node %d: must be 1..1023", o.node)
+	}
+	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		return nil, fmt.Errorf("invalid --listen %q: %w", o.listen, err)
+	}
+	return o, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func (m *Main) runProxy(ctx context.Context, args []string) int {
+	o, err := m.parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)
+		return 2
+	}
+	level, err := parseLevel(o.logLevel)
+	if err != nil {
+		fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger}
+	a, err := app.Start(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)
+		return 1
+	}
+	host, port, _ := net.SplitHostPort(a.Addr())
+	where := "upstream " + o.upstream
+	if e := a.Embedded(); e != nil {
+		where = "embedded PostgreSQL in " + e.DataDir()
+	}
+	fmt.Fprintf(m.Stdout, "snowflake-proxy listening on %s (%s); connect with: psql -h %s -p %s -U postgres postgres\n", a.Addr(), where, host, port)
+
+	select {
+	case <-m.Signals:
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", "grace", o.grace.String())
+	drain, cancel := context.WithTimeout(context.Background(), o.grace)
+	defer cancel()
+	go func() {
+		// A second signal aborts the drain.
+		select {
+		case <-m.Signals:
+			cancel()
+		case <-drain.Done():
+		}
+	}()
+	if err := a.Close(drain); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)
+		return 1
+	}
+	return 0
+}

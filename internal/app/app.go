@@ -1,0 +1,212 @@
+// Package app assembles a running snowflake-proxy: the upstream (given, or a
+// private embedded PostgreSQL), the rewriter, the snowflake services and the
+// wire server. cmd/snowflake-proxy and the end-to-end tests both start the
+// proxy through Start, so the tests exercise exactly what users run.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snowflake-proxy/snowflake-proxy/compat"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite"
+	"github.com/snowflake-proxy/snowflake-proxy/wire"
+)
+
+// Config configures Start. Zero values are documented defaults.
+type Config struct {
+	// Listen is the client address. Empty: "127.0.0.1:6432".
+	Listen string
+	// Upstream is the PostgreSQL to front: a postgres:// URL (its user and
+	// password are the control credentials), host:port, or a Unix-socket
+	// directory. Empty: start the embedded private server.
+	Upstream string
+	// DataDir is the embedded server's data directory. Empty:
+	// DefaultDataDir().
+	DataDir string
+	// Node is this instance's snowflake.node (1..1023); 0: none (the
+	// server's own setting applies).
+	Node int
+	// TLSCert and TLSKey enable TLS for clients (both or neither).
+	TLSCert, TLSKey string
+	// Logger: nil means slog.Default().
+	Logger *slog.Logger
+	// UpstreamCheckTimeout bounds the start-up check that the upstream is
+	// reachable. 0: 10s.
+	UpstreamCheckTimeout time.Duration
+}
+
+// App is a running proxy.
+type App struct {
+	cfg      Config
+	log      *slog.Logger
+	ln       net.Listener
+	server   *wire.Server
+	services *compat.Service
+	embedded *pgserver.Server
+	closeMu  sync.Mutex
+	closed   bool
+	serveErr chan error
+}
+
+// DefaultDataDir is where the embedded server keeps its data between runs: a
+// per-user cache directory; for root, /var/cache/snowflake-proxy (the server
+// runs as the postgres user, which cannot enter /root).
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/cache/snowflake-proxy/pgdata"
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "snowflake-proxy", "pgdata")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("snowflake-proxy-%d", os.Getuid()), "pgdata")
+}
+
+// Start validates cfg, prepares the upstream and starts serving.
+func Start(ctx context.Context, cfg Config) (*App, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:6432"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.UpstreamCheckTimeout == 0 {
+		cfg.UpstreamCheckTimeout = 10 * time.Second
+	}
+	if cfg.Node < 0 || cfg.Node > 1023 {
+		return nil, fmt.Errorf("invalid node %d: snowflake.node must be 1..1023", cfg.Node)
+	}
+	var tlsConfig *tls.Config
+	if cfg.TLSCert != "" || cfg.TLSKey != "" {
+		if cfg.TLSCert == "" || cfg.TLSKey == "" {
+			return nil, errors.New("--tls-cert and --tls-key must be given together")
+		}
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("cannot load TLS certificate: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	a := &App{cfg: cfg, log: cfg.Logger.With("component", "app"), serveErr: make(chan error, 1)}
+
+	var up upstream
+	if cfg.Upstream == "" {
+		dataDir := cfg.DataDir
+		if dataDir == "" {
+			dataDir = DefaultDataDir()
+		}
+		srv, err := pgserver.Start(ctx, pgserver.Options{DataDir: dataDir, Logger: cfg.Logger.With("component", "embedded")})
+		if err != nil {
+			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
+		}
+		a.embedded = srv
+		up, _ = parseUpstream(fmt.Sprintf("%s:%d", srv.SocketDir(), srv.Port()))
+	} else {
+		var err error
+		if up, err = parseUpstream(cfg.Upstream); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkUpstream(ctx, up, cfg.UpstreamCheckTimeout); err != nil {
+		a.stopEmbedded()
+		return nil, err
+	}
+
+	services, err := compat.New(compat.Config{ControlURL: up.controlURL, Node: cfg.Node, Logger: cfg.Logger.With("component", "compat")})
+	if err != nil {
+		a.stopEmbedded()
+		return nil, fmt.Errorf("snowflake services: %w", err)
+	}
+	a.services = services
+	server, err := wire.New(wire.Config{
+		Upstream:   wire.Upstream{Network: up.network, Address: up.address},
+		TLSConfig:  tlsConfig,
+		Rewriter:   rewrite.New(rewrite.Config{}),
+		Snowflakes: services,
+		Node:       cfg.Node,
+		Logger:     cfg.Logger,
+	})
+	if err != nil {
+		a.closeServices()
+		a.stopEmbedded()
+		return nil, err
+	}
+	a.server = server
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		a.closeServices()
+		a.stopEmbedded()
+		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
+	}
+	a.ln = ln
+	go func() { a.serveErr <- server.Serve(ln) }()
+	return a, nil
+}
+
+// checkUpstream connects once with the control credentials so that a wrong
+// --upstream fails at start with one clear line instead of at the first
+// client.
+func checkUpstream(ctx context.Context, up upstream, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := pgx.Connect(ctx, up.controlURL)
+	if err != nil {
+		return fmt.Errorf("upstream %s unreachable: %w", up.address, err)
+	}
+	return c.Close(ctx)
+}
+
+// Addr is the address the proxy listens on.
+func (a *App) Addr() string { return a.ln.Addr().String() }
+
+// Embedded returns the embedded server, or nil when an upstream was given.
+func (a *App) Embedded() *pgserver.Server { return a.embedded }
+
+// Close stops accepting, lets sessions finish until ctx is done, then
+// closes them, the services and the embedded server.
+func (a *App) Close(ctx context.Context) error {
+	a.closeMu.Lock()
+	defer a.closeMu.Unlock()
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	err := a.server.Close(ctx)
+	<-a.serveErr
+	a.closeServices()
+	if e := a.stopEmbedded(); e != nil && err == nil {
+		err = e
+	}
+	return err
+}
+
+func (a *App) closeServices() {
+	if a.services == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.services.Close(ctx); err != nil {
+		a.log.Warn("closing services", "err", err)
+	}
+}
+
+func (a *App) stopEmbedded() error {
+	if a.embedded == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return a.embedded.Stop(ctx)
+}

@@ -1,0 +1,122 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// loopReader repeats a byte stream forever.
+type loopReader struct {
+	data []byte
+	off  int
+}
+
+func (r *loopReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		k := copy(p[n:], r.data[r.off:])
+		n += k
+		r.off = (r.off + k) % len(r.data)
+	}
+	return n, nil
+}
+
+func encodeAll(msgs ...interface{ Encode([]byte) ([]byte, error) }) []byte {
+	var b []byte
+	for _, m := range msgs {
+		b, _ = m.Encode(b)
+	}
+	return b
+}
+
+func benchSession(track bool, r io.Reader) *session {
+	srv := &Server{}
+	srv.ctx, srv.cancel = context.WithCancel(context.Background())
+	srv.cfg.MaxMessageSize = defaultMaxMessage
+	ss := &session{srv: srv, cfg: &srv.cfg, track: track, txStatus: 'I', params: map[string]string{},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), hqDone: make(chan struct{}, 1)}
+	ss.ctx, ss.cancel = context.WithCancel(srv.ctx)
+	if track {
+		srv.cfg.Rewriter = &fakeRewriter{plans: snowflakePlans()}
+	}
+	br := bufio.NewReaderSize(r, ioBufferSize)
+	ss.sr = frameReader{r: br, max: maxServerMessage}
+	ss.cr = frameReader{r: br, max: defaultMaxMessage}
+	ss.cw = bufio.NewWriterSize(io.Discard, ioBufferSize)
+	ss.sw = ss.cw
+	return ss
+}
+
+// BenchmarkRelayServerToClient relays the response to a pipelined
+// Bind/Execute/Sync: BindComplete, DataRow, CommandComplete, ReadyForQuery.
+// Reported allocations are per relayed message: 0 in steady state.
+func BenchmarkRelayServerToClient(b *testing.B) {
+	stream := encodeAll(&pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("42"), []byte("hello")}},
+		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	for _, track := range []bool{false, true} {
+		name := "relay"
+		if track {
+			name = "tracked"
+		}
+		b.Run(name, func(b *testing.B) {
+			ss := benchSession(track, &loopReader{data: stream})
+			p := (*serverPump)(ss)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(stream) / 4))
+			for i := 0; i < b.N; i++ {
+				if track && i%4 == 0 {
+					ss.q.push(owed{kind: owedBind})
+					ss.q.push(owed{kind: owedExecute})
+					ss.q.push(owed{kind: owedSync})
+				}
+				typ, _, err := ss.sr.next()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.handle(typ); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRelayClientToServer relays pipelined Bind/Execute/Sync messages
+// of a prepared statement from the client.
+func BenchmarkRelayClientToServer(b *testing.B) {
+	stream := encodeAll(&pgproto3.Bind{PreparedStatement: "s1", Parameters: [][]byte{[]byte("1")}},
+		&pgproto3.Execute{}, &pgproto3.Sync{})
+	for _, track := range []bool{false, true} {
+		name := "relay"
+		if track {
+			name = "tracked"
+		}
+		b.Run(name, func(b *testing.B) {
+			ss := benchSession(track, &loopReader{data: stream})
+			p := (*clientPump)(ss)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				typ, _, err := ss.cr.next()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if track {
+					err = p.dispatch(typ)
+					if typ == 'S' {
+						ss.q = owedQueue{items: ss.q.items[:0]}
+					}
+				} else {
+					err = ss.cr.forward(ss.sw)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,98 @@
+// Package wire is the proxy's PostgreSQL protocol layer: it accepts client
+// connections, relays each one to the upstream server, and changes the
+// traffic only where the snowflake API needs it. It parses no SQL itself:
+// it asks a Rewriter (services.go) for a plan.Plan and fills the plan's
+// slots with values from Snowflakes.
+//
+// # Layers
+//
+//   - server.go: Config, Server, the accept loop (Serve), Close, Stats.
+//   - session.go: one session per client connection; its goroutine runs
+//     startup, then the two pumps, and waits for both.
+//   - startup.go, tls.go, cancel.go, auth.go: the startup phase.
+//   - client.go (client → server) and relay.go (server → client): the pumps.
+//   - frame.go: length-prefixed messages read with a bounded, reusable
+//     buffer; pass-through messages are copied raw, never decoded.
+//   - simple.go, extended.go: the two query protocols; queue.go: the FIFO
+//     of responses owed to the client; ids.go, mirror.go: generated values
+//     and the session state they depend on; local.go: answers the proxy
+//     gives without the server; errors.go: typed errors and SQLSTATEs.
+//
+// # Session lifecycle
+//
+//  1. Accept (server.go). Serve accepts a connection and starts a session
+//     goroutine (session.run). Close stops accepting and lets sessions end
+//     until its context is done, then closes them.
+//  2. Startup negotiation (startup.go, tls.go, cancel.go). Packets are read
+//     unbuffered, at most 10000 bytes, under HandshakeTimeout. SSLRequest is
+//     answered 'S' plus a TLS handshake when Config.TLSConfig is set, 'N'
+//     otherwise; GSSENCRequest 'N'. A CancelRequest is forwarded to the
+//     server as is (clients hold the server's own BackendKeyData) and the
+//     connection closed. Protocol major versions other than 3 are refused
+//     with 0A000, as PostgreSQL does.
+//  3. Connection and authentication (auth.go). The proxy dials the
+//     upstream (DialTimeout; failure: 08001 to the client), sends the
+//     startup packet with snowflake.node added when Config.Node is set and
+//     the client did not set it, and relays the authentication exchange
+//     message by message in both directions (trust, password, md5,
+//     SCRAM-SHA-256): the proxy holds no credentials and admits nobody the
+//     server refuses. ParameterStatus values are remembered; BackendKeyData
+//     is relayed verbatim. The phase ends at the first ReadyForQuery.
+//  4. Client pump (client.go). Each client message is bounded by
+//     MaxMessageSize (08P01 and the end of the session otherwise). Without a
+//     Rewriter every message is copied raw. With one, Query goes to
+//     simple.go, Parse/Bind/Describe/Execute/Close/Sync to extended.go; each
+//     message the server will answer first gets an entry in the owed queue
+//     (queue.go), which tells the server pump how to treat its response.
+//     Writes to the server are flushed only when no more client input is
+//     buffered: a pipeline costs one write.
+//  5. Server pump (relay.go). Server messages are copied raw except those
+//     the proxy must see or change: ReadyForQuery (transaction status, end
+//     of a response, safe point), ErrorResponse (the server skips to Sync:
+//     owed entries up to it are dropped), ParameterStatus, CommandComplete
+//     (renamed per plan.Statement.Tag), ParameterDescription (injected
+//     parameters stripped). Writes to the client are batched the same way.
+//  6. End. The first pump to stop half-closes the other direction: after
+//     the client's Terminate or disappearance the server connection is
+//     closed for writing (the backend exits, the server pump sees EOF);
+//     after the server's disappearance the client gets 08006 unless the
+//     server already sent a FATAL error. The session waits for both pumps,
+//     closes both connections and logs one line with its duration.
+//
+// # Simple protocol (simple.go, local.go)
+//
+// Pass-through text is forwarded raw. A plan with slots is rendered with
+// plan.Template.RenderLiteral: generated IDs as literals, extension
+// statements as the SQL Snowflakes.ExtensionSQL gives. A plan.Local
+// statement is answered by the proxy itself (RowDescription, DataRow,
+// CommandComplete, ReadyForQuery, identical to the server's) when the
+// session is at a safe point, not in a failed or read-only transaction, and
+// every value was generated.
+//
+// # Extended protocol (extended.go)
+//
+// A Parse whose plan has ID slots is rendered with RenderParams: each slot
+// becomes an extra int8 parameter after the client's own. Every Bind of
+// such a statement appends freshly generated values in the client's
+// format; a Describe of it hides the extra parameters from the
+// ParameterDescription. Records of statements and portals (named and
+// unnamed) follow Parse, Bind, Close, DEALLOCATE and DISCARD ALL.
+//
+// # Generated values and the mirror (ids.go, mirror.go)
+//
+// An ID is generated by the proxy only when the session's own server state
+// allows it: node 1..1023, a transaction that is neither failed nor
+// read-only, a sequence name that resolves (with the session's search_path)
+// to a sequence the role may use, and the shim installed. That state is
+// read by hidden queries the session runs on its own server connection at
+// a safe point (after ReadyForQuery with nothing forwarded since, and no
+// unnamed statement or portal the client may still use), whose responses
+// the server pump consumes without showing them. When the state is not
+// known, the value is left invalid and the rendered SQL calls the server's
+// shim instead: correct first, fast where possible.
+//
+// # Debugging
+//
+// Each session logs with a "session" attribute; Stats counts sessions,
+// errors by kind, cancels, local answers, hidden queries and fast-path IDs.
+package wire

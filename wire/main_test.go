@@ -1,0 +1,163 @@
+package wire
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// proxy runs a Server on a loopback listener in front of srv.
+type proxy struct {
+	*Server
+	addr string
+	done chan error
+}
+
+func startProxy(t testing.TB, srv *pgserver.Server, cfg Config) *proxy {
+	t.Helper()
+	if cfg.Upstream.Address == "" {
+		cfg.Upstream = Upstream{Network: "tcp", Address: srv.Addr()}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{Server: s, addr: ln.Addr().String(), done: make(chan error, 1)}
+	go func() { p.done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+		<-p.done
+	})
+	return p
+}
+
+// url is a connection URL through the proxy.
+func (p *proxy) url(srv *pgserver.Server, db string) string {
+	host, port, _ := net.SplitHostPort(p.addr)
+	return "postgres://" + srv.Superuser() + "@" + host + ":" + port + "/" + db + "?sslmode=disable"
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func connect(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctxT(t), url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+func connectPg(t testing.TB, url string) *pgconn.PgConn {
+	t.Helper()
+	c, err := pgconn.Connect(ctxT(t), url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// fakeRewriter recognises a few exact SQL strings.
+type fakeRewriter struct {
+	mu    sync.Mutex
+	plans map[string]*plan.Plan
+}
+
+func (f *fakeRewriter) Plan(sql string) *plan.Plan {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.plans[sql]; ok {
+		return p
+	}
+	return plan.Passthrough
+}
+
+// fakeSnowflakes issues IDs from an in-memory counter.
+type fakeSnowflakes struct {
+	next  atomic.Int64
+	calls atomic.Int64
+	fail  atomic.Bool
+}
+
+func (f *fakeSnowflakes) Nextval(ctx context.Context, db string, seq uint32, node int) (int64, error) {
+	if f.fail.Load() {
+		return 0, io.ErrUnexpectedEOF
+	}
+	f.calls.Add(1)
+	return f.next.Add(1)<<12 | int64(node), nil
+}
+
+func (f *fakeSnowflakes) ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {
+	return "DO $$BEGIN RAISE NOTICE 'installed'; END$$", nil
+}
+
+// shimSQL is a stand-in for the real shim, enough for wire's tests: the
+// mirror checks snowflake._currval exists; invalid values call the server.
+const shimSQL = `
+CREATE SCHEMA snowflake;
+CREATE SEQUENCE snowflake.id_seq;
+CREATE FUNCTION snowflake.nextval(s regclass DEFAULT 'snowflake.id_seq') RETURNS int8
+  LANGUAGE sql AS $$ SELECT -pg_catalog.nextval(s) $$;
+CREATE FUNCTION snowflake._currval(s regclass, v int8) RETURNS int8
+  LANGUAGE sql AS $$ SELECT coalesce(v, -1) $$;
+`
+
+// nextvalSlot is snowflake.nextval() on the default sequence.
+var nextvalSlot = plan.Slot{Op: plan.Nextval, Seq: plan.DefaultSequence, Arg: "'snowflake.id_seq'::regclass"}
+
+// snowflakePlans are plans a real rewriter would give for a few statements.
+func snowflakePlans() map[string]*plan.Plan {
+	return map[string]*plan.Plan{
+		"SELECT snowflake.nextval()": {
+			Template:   &plan.Template{Parts: []string{"SELECT ", " AS nextval"}, Slots: []plan.Slot{nextvalSlot}},
+			Local:      &plan.Local{Columns: []string{"nextval"}},
+			Statements: []plan.Statement{{}},
+		},
+		"SELECT snowflake.nextval() + $1::int8 * 0 AS x": {
+			Template:   &plan.Template{Parts: []string{"SELECT ", " + $1::int8 * 0 AS x"}, Slots: []plan.Slot{nextvalSlot}},
+			Statements: []plan.Statement{{}},
+			MaxParam:   1,
+		},
+		"SELECT snowflake.nextval() AS a, $1::text AS b, $2::int8 AS c": {
+			Template:   &plan.Template{Parts: []string{"SELECT ", " AS a, $1::text AS b, $2::int8 AS c"}, Slots: []plan.Slot{nextvalSlot}},
+			Statements: []plan.Statement{{}},
+			MaxParam:   2,
+		},
+		"CREATE EXTENSION snowflake": {
+			Template:   &plan.Template{Parts: []string{"", ""}, Slots: []plan.Slot{{Op: plan.CreateExtension, Ext: &plan.ExtensionOptions{}}}},
+			Statements: []plan.Statement{{Tag: "CREATE EXTENSION"}},
+			Touches:    plan.TouchCatalog,
+		},
+		"SET snowflake.node = 9":                               {Statements: []plan.Statement{{}}, Touches: plan.TouchNode},
+		"SELECT snowflake.nextval() FROM generate_series(1,3)": plan.Passthrough,
+	}
+}

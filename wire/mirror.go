@@ -1,0 +1,122 @@
+package wire
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// mirror is the client pump's copy of the server session state the fast
+// path depends on. The server session is the source of truth: the mirror is
+// filled by hidden queries at safe points and dropped whenever a statement,
+// a ParameterStatus or a transaction end may have changed that state.
+type mirror struct {
+	fresh    bool // node, readOnly, role and shim are known
+	node     int
+	readOnly bool
+	role     string
+	shim     bool
+	seqs     map[string]seqInfo // regclass text -> resolution, per search_path and role
+	currval  map[uint32]int64   // the latest fast-path value per sequence OID
+}
+
+// seqInfo is how a sequence name resolves in the session.
+type seqInfo struct {
+	oid    uint32 // 0: not a relation
+	usable bool   // a sequence the current role may use (USAGE or UPDATE)
+}
+
+// invalidate drops what the touches may have changed.
+func (m *mirror) invalidate(t plan.Touch) {
+	if t&touchSettings != 0 {
+		m.fresh = false
+	}
+	if t&(plan.TouchSearchPath|plan.TouchRole|plan.TouchCatalog|plan.TouchAll) != 0 {
+		clear(m.seqs)
+	}
+}
+
+// hiddenQuery is the result of a hidden query, filled by the server pump.
+type hiddenQuery struct {
+	row  []*string // nil entries are SQL NULL
+	rows int
+	err  error
+	fail string // SQLSTATE of an ErrorResponse, if any
+}
+
+// Columns of the hidden mirror query before the per-sequence ones.
+const (
+	hqNode = iota
+	hqReadOnly
+	hqRole
+	hqShim
+	hqFixed
+)
+
+// mirrorSQL builds the hidden query: the settings, then three columns per
+// sequence name (oid, relkind, privilege). Every function is qualified with
+// pg_catalog so the client's search_path cannot redirect it, and nothing in
+// it can raise for names the rewriter validated.
+func mirrorSQL(dst []byte, names []string) []byte {
+	dst = append(dst, "SELECT pg_catalog.current_setting('snowflake.node', true), "+
+		"pg_catalog.current_setting('transaction_read_only'), current_user, "+
+		"EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "+
+		"WHERE n.nspname = 'snowflake' AND p.proname = '_currval')"...)
+	for _, name := range names {
+		for _, col := range [3]string{"c.oid", "c.relkind",
+			"CASE WHEN c.relkind = 'S' THEN pg_catalog.has_sequence_privilege(c.oid, 'USAGE') OR pg_catalog.has_sequence_privilege(c.oid, 'UPDATE') END"} {
+			dst = append(dst, ", (SELECT "+col+" FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass("...)
+			dst = appendLiteral(dst, name)
+			dst = append(dst, "))"...)
+		}
+	}
+	return dst
+}
+
+// appendLiteral quotes s as a string literal valid whatever
+// standard_conforming_strings says.
+func appendLiteral(dst []byte, s string) []byte {
+	if strings.ContainsRune(s, '\\') {
+		dst = append(dst, 'E')
+	}
+	dst = append(dst, '\'')
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\'':
+			dst = append(dst, '\'', '\'')
+		case '\\':
+			dst = append(dst, '\\', '\\')
+		default:
+			dst = append(dst, s[i])
+		}
+	}
+	return append(dst, '\'')
+}
+
+// apply reads the result of mirrorSQL(names).
+func (m *mirror) apply(row []*string, names []string) bool {
+	if len(row) != hqFixed+3*len(names) {
+		return false
+	}
+	get := func(i int) string {
+		if row[i] == nil {
+			return ""
+		}
+		return *row[i]
+	}
+	m.node, _ = strconv.Atoi(get(hqNode))
+	m.readOnly = get(hqReadOnly) != "off"
+	m.role = get(hqRole)
+	m.shim = get(hqShim) == "t"
+	m.fresh = true
+	if m.seqs == nil {
+		m.seqs = map[string]seqInfo{}
+	}
+	for i, name := range names {
+		c := hqFixed + 3*i
+		oid, _ := strconv.ParseUint(get(c), 10, 32)
+		m.seqs[name] = seqInfo{oid: uint32(oid), usable: get(c+1) == "S" && get(c+2) == "t"}
+	}
+	return true
+}

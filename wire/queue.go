@@ -1,0 +1,70 @@
+package wire
+
+import "github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+
+// owedKind says which client message a response belongs to and therefore
+// which server message completes it.
+type owedKind uint8
+
+const (
+	owedQuery          owedKind = iota + 1 // Query or FunctionCall: ends at ReadyForQuery
+	owedParse                              // ParseComplete
+	owedBind                               // BindComplete
+	owedDescribeStmt                       // ParameterDescription, then RowDescription or NoData
+	owedDescribePortal                     // RowDescription or NoData
+	owedExecute                            // CommandComplete, EmptyQueryResponse or PortalSuspended
+	owedClose                              // CloseComplete
+	owedSync                               // ReadyForQuery
+)
+
+// endsAtReady reports whether ReadyForQuery completes the entry.
+func (k owedKind) endsAtReady() bool { return k == owedQuery || k == owedSync }
+
+// extended reports whether the entry belongs to the extended protocol,
+// where an ErrorResponse makes the server skip to the next Sync.
+func (k owedKind) extended() bool { return k >= owedParse && k < owedSync }
+
+// owed is a response the client is owed for a message the proxy forwarded,
+// with what the server pump must change in it.
+type owed struct {
+	kind  owedKind
+	strip int              // owedDescribeStmt: injected parameters to hide
+	stmts []plan.Statement // command tags to rename (shared, read-only)
+	n     int              // owedQuery: CommandCompletes seen
+}
+
+// owedQueue is a FIFO of owed responses. It reuses its array: no
+// allocation in steady state. Guarded by session.mu.
+type owedQueue struct {
+	items []owed
+	head  int
+}
+
+func (q *owedQueue) push(o owed) {
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head > 64 && q.head > len(q.items)/2 {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, o)
+}
+
+// front returns the oldest entry, nil when empty. The pointer is valid
+// until the next push (callers hold session.mu).
+func (q *owedQueue) front() *owed {
+	if q.head < len(q.items) {
+		return &q.items[q.head]
+	}
+	return nil
+}
+
+func (q *owedQueue) pop() {
+	q.items[q.head] = owed{}
+	q.head++
+}
+
+func (q *owedQueue) empty() bool { return q.head == len(q.items) }
+
+func (q *owedQueue) len() int { return len(q.items) - q.head }

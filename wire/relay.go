@@ -1,0 +1,269 @@
+package wire
+
+import (
+	"errors"
+	"io"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// serverPump copies server messages to the client (phase 5 of doc.go). It
+// holds wmu from the first message of a batch until it has flushed, which
+// happens only when no more server input is buffered: one write per batch.
+type serverPump session
+
+func (p *serverPump) run(done chan<- pumpResult) {
+	ss := (*session)(p)
+	defer ss.srv.wg.Done()
+	err := p.loop()
+	if ss.hiddenActive.Load() {
+		ss.hq.err = errors.Join(ss.hq.err, io.ErrUnexpectedEOF)
+	}
+	done <- pumpResult{fromClient: false, err: err}
+}
+
+func (p *serverPump) loop() error {
+	ss := (*session)(p)
+	locked := false
+	unlock := func() error {
+		if !locked {
+			return nil
+		}
+		locked = false
+		err := ss.cw.Flush()
+		ss.wmu.Unlock()
+		return err
+	}
+	for {
+		typ, _, err := ss.sr.next()
+		if err != nil {
+			if ferr := unlock(); ferr != nil {
+				return &Error{Kind: KindClientIO, Message: "write", Err: ferr}
+			}
+			if ss.clientGone.Load() || ss.sawFatal.Load() {
+				return nil
+			}
+			return ss.upstreamLost(err)
+		}
+		if !locked {
+			ss.wmu.Lock()
+			locked = true
+		}
+		if err := p.handle(typ); err != nil {
+			_ = unlock()
+			return err
+		}
+		if ss.sr.r.Buffered() == 0 {
+			if err := unlock(); err != nil {
+				return &Error{Kind: KindClientIO, Message: "write", Err: err}
+			}
+		}
+	}
+}
+
+// handle relays one server message. Messages that need no change are
+// copied raw; only the ones that carry state or end a response are read.
+func (p *serverPump) handle(typ byte) error {
+	ss := (*session)(p)
+	if ss.hiddenActive.Load() {
+		return p.hidden(typ)
+	}
+	switch typ {
+	case 'Z':
+		body, err := ss.sr.body()
+		if err != nil {
+			return err
+		}
+		p.ready(body)
+		return ss.sr.pass(ss.cw)
+	case 'E':
+		body, err := ss.sr.body()
+		if err != nil {
+			return err
+		}
+		if isFatal(body) {
+			ss.sawFatal.Store(true)
+		}
+		if ss.track {
+			ss.mu.Lock()
+			if o := ss.q.front(); o != nil && o.kind.extended() {
+				// The server now skips to Sync; ready pops the rest.
+				ss.q.pop()
+			}
+			ss.mu.Unlock()
+		}
+		return ss.sr.pass(ss.cw)
+	case 'S':
+		body, err := ss.sr.body()
+		if err != nil {
+			return err
+		}
+		ss.mu.Lock()
+		ss.noteParameter(body)
+		ss.mu.Unlock()
+		return ss.sr.pass(ss.cw)
+	}
+	if !ss.track {
+		return ss.sr.forward(ss.cw)
+	}
+	switch typ {
+	case 'C':
+		return p.commandComplete()
+	case 't':
+		ss.mu.Lock()
+		strip := 0
+		if o := ss.q.front(); o != nil && o.kind == owedDescribeStmt {
+			strip = o.strip
+		}
+		ss.mu.Unlock()
+		if strip > 0 {
+			return p.parameterDescription(strip)
+		}
+	case 'T', 'n':
+		p.complete(owedDescribeStmt, owedDescribePortal)
+	case '1':
+		p.complete(owedParse, 0)
+	case '2':
+		p.complete(owedBind, 0)
+	case '3':
+		p.complete(owedClose, 0)
+	case 'I', 's':
+		p.complete(owedExecute, 0)
+	}
+	return ss.sr.forward(ss.cw)
+}
+
+// complete pops the front entry when it is of kind a or b.
+func (p *serverPump) complete(a, b owedKind) {
+	ss := (*session)(p)
+	ss.mu.Lock()
+	if o := ss.q.front(); o != nil && (o.kind == a || o.kind == b) {
+		ss.q.pop()
+	}
+	ss.mu.Unlock()
+}
+
+// ready handles ReadyForQuery: the transaction status, the entries it
+// completes (after an error, every entry up to the Sync), the safe point,
+// and the mirror state a SET LOCAL or a rollback may have changed.
+func (p *serverPump) ready(body []byte) {
+	ss := (*session)(p)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(body) == 1 {
+		ss.txStatus = body[0]
+	}
+	for !ss.q.empty() {
+		k := ss.q.front().kind
+		ss.q.pop()
+		if k.endsAtReady() {
+			break
+		}
+	}
+	if ss.q.empty() {
+		ss.dirty = false
+	}
+	ss.invalid |= ss.pending
+	if ss.txStatus == 'I' {
+		ss.pending = 0
+	}
+}
+
+// commandComplete renames the tag when the statement's plan says so.
+func (p *serverPump) commandComplete() error {
+	ss := (*session)(p)
+	tag := ""
+	ss.mu.Lock()
+	if o := ss.q.front(); o != nil {
+		switch o.kind {
+		case owedQuery:
+			if o.n < len(o.stmts) {
+				tag = o.stmts[o.n].Tag
+			}
+			o.n++
+		case owedExecute:
+			if len(o.stmts) > 0 {
+				tag = o.stmts[0].Tag
+			}
+			ss.q.pop()
+		}
+	}
+	ss.mu.Unlock()
+	if tag == "" {
+		return ss.sr.forward(ss.cw)
+	}
+	if _, err := ss.sr.read(); err != nil {
+		return err
+	}
+	var start int
+	ss.sout, start = appendHeader(ss.sout[:0], 'C')
+	ss.sout = append(ss.sout, tag...)
+	ss.sout = append(ss.sout, 0)
+	ss.sout = finishMsg(ss.sout, start)
+	_, err := ss.cw.Write(ss.sout)
+	return err
+}
+
+// parameterDescription hides the strip trailing parameters the proxy
+// injected (pgx's default mode binds exactly the parameters it is told of).
+func (p *serverPump) parameterDescription(strip int) error {
+	ss := (*session)(p)
+	body, err := ss.sr.read()
+	if err != nil {
+		return err
+	}
+	if len(body) >= 2 {
+		n := int(body[0])<<8 | int(body[1])
+		if n >= strip && len(body) == 2+4*n {
+			n -= strip
+			body[0], body[1] = byte(n>>8), byte(n)
+			body = body[:2+4*n]
+		}
+	}
+	return p.write('t', body)
+}
+
+// write sends a message whose body was read.
+func (p *serverPump) write(typ byte, body []byte) error {
+	ss := (*session)(p)
+	var start int
+	ss.sout, start = appendHeader(ss.sout[:0], typ)
+	if len(body) < 1024 {
+		ss.sout = append(ss.sout, body...)
+		ss.sout = finishMsg(ss.sout, start)
+		_, err := ss.cw.Write(ss.sout)
+		return err
+	}
+	ss.sout = finishMsgLen(ss.sout, start, len(body))
+	if _, err := ss.cw.Write(ss.sout); err != nil {
+		return err
+	}
+	_, err := ss.cw.Write(body)
+	return err
+}
+
+func finishMsgLen(dst []byte, start, bodyLen int) []byte {
+	n := uint32(bodyLen + 4)
+	dst[start+1], dst[start+2], dst[start+3], dst[start+4] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+	return dst
+}
+
+// isFatal reports whether an ErrorResponse body has severity FATAL or PANIC.
+func isFatal(body []byte) bool {
+	for len(body) > 1 {
+		f := body[0]
+		v, rest, ok := cstring(body[1:])
+		if !ok {
+			return false
+		}
+		if f == 'V' || f == 'S' {
+			return string(v) == "FATAL" || string(v) == "PANIC"
+		}
+		body = rest
+	}
+	return false
+}
+
+// touchSettings are the touches after which node, read-only state and role
+// must be re-read.
+const touchSettings = plan.TouchNode | plan.TouchReadOnly | plan.TouchRole | plan.TouchAll

@@ -1,0 +1,92 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+)
+
+// wireGoroutines lists the goroutines running code of this package (other
+// than the test itself).
+func wireGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "snowflake-proxy/wire.(*") && !strings.Contains(g, "wire.Test") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// After Close, no session goroutine remains: idle sessions, a session
+// inside a long query and one stuck in startup are all ended.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	srv := pgtest.Shared(t)
+	s, err := New(Config{Upstream: Upstream{Address: srv.Addr()}, Rewriter: &fakeRewriter{plans: snowflakePlans()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	p := &proxy{Server: s, addr: ln.Addr().String()}
+	idle := connectPg(t, p.url(srv, "postgres"))
+	busy := connectPg(t, p.url(srv, "postgres"))
+	_ = idle
+	running := make(chan error, 1)
+	go func() {
+		running <- busy.ExecParams(context.Background(), "SELECT pg_sleep(600)", nil, nil, nil, nil).Read().Err
+	}()
+	stuck, _ := net.Dial("tcp", p.addr) // never sends a startup packet
+	defer stuck.Close()
+	// Close with an already expired context: sessions are closed at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+	if err := <-running; err == nil {
+		t.Fatal("query survived Close")
+	}
+	if gs := wireGoroutines(); len(gs) > 0 {
+		t.Fatalf("%d goroutines left:\n%s", len(gs), strings.Join(gs, "\n\n"))
+	}
+	if st := s.Stats(); st.Active != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+// Close with time to spare waits for sessions that end by themselves.
+func TestCloseWaitsForSessions(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{})
+	c := connectPg(t, p.url(srv, "postgres"))
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(context.Background()) }()
+	// The session still works while Close waits; new connections fail.
+	if r := c.ExecParams(ctxT(t), "SELECT 1", nil, nil, nil, nil).Read(); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	_ = c.Close(ctxT(t))
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, cfg := range []Config{{}, {Upstream: Upstream{Network: "udp", Address: "x"}}, {Upstream: Upstream{Address: "x"}, Node: 1024}} {
+		if _, err := New(cfg); err == nil {
+			t.Fatalf("accepted %+v", cfg)
+		}
+	}
+}

@@ -1,0 +1,232 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// session is one client connection and its server connection.
+//
+// Ownership: the client pump (client.go) owns cr, sw, the statement and
+// portal records, the mirror and out; the server pump (relay.go) owns sr
+// and sout. cw is shared under wmu; the owed queue and the fields below mu
+// are shared under mu. Lock order: wmu before mu.
+type session struct {
+	srv   *Server
+	cfg   *Config
+	id    uint64
+	log   *slog.Logger
+	start time.Time
+
+	ctx    context.Context // cancelled when the session must stop
+	cancel context.CancelFunc
+
+	connMu sync.Mutex // guards the assignment of client and server against abort
+	client net.Conn   // TLS-wrapped after SSLRequest
+	server net.Conn
+	user   string
+	db     string
+
+	cr  frameReader   // from the client
+	sw  *bufio.Writer // to the server
+	sr  frameReader   // from the server
+	cw  *bufio.Writer // to the client, under wmu
+	wmu sync.Mutex
+
+	track bool // a Rewriter is configured: responses are matched to requests
+
+	mu       sync.Mutex
+	q        owedQueue
+	txStatus byte       // from the last ReadyForQuery
+	dirty    bool       // something was forwarded since the last safe ReadyForQuery
+	invalid  plan.Touch // mirror state the server pump learned is stale
+	pending  plan.Touch // touches of the current transaction, reapplied at each ReadyForQuery
+	params   map[string]string
+
+	hiddenActive atomic.Bool   // a hidden query's response is being consumed
+	hq           hiddenQuery   // written by the server pump while hiddenActive
+	hqDone       chan struct{} // signalled when hq is complete
+
+	clientGone atomic.Bool // the client pump has ended
+	sawFatal   atomic.Bool // the server sent a FATAL error: its close is expected
+
+	// Client pump state.
+	stmts         map[string]*stmtRec
+	unnamed       *stmtRec
+	portals       map[string]*stmtRec
+	unnamedPortal *stmtRec
+	stmtLive      bool // an unnamed statement may exist on the server
+	portalLive    bool // an unnamed portal may exist on the server
+	mirror        mirror
+	out           []byte // scratch for messages the client pump builds
+	vals          []plan.Value
+	sout          []byte // scratch for the server pump
+}
+
+func newSession(srv *Server, c net.Conn, id uint64) *session {
+	ss := &session{srv: srv, cfg: &srv.cfg, id: id, client: c, start: time.Now(),
+		track: srv.cfg.Rewriter != nil, txStatus: 'I', params: map[string]string{}, hqDone: make(chan struct{}, 1)}
+	ss.ctx, ss.cancel = context.WithCancel(srv.ctx)
+	ss.log = srv.log.With(logSession, id)
+	return ss
+}
+
+// run is the session goroutine: startup (startup.go), then the relay.
+func (ss *session) run() {
+	defer ss.srv.endSession(ss)
+	defer ss.cancel()
+	ss.log.Info("session start", logRemote, ss.client.RemoteAddr().String())
+	err := ss.startup()
+	if err == nil {
+		err = ss.relay()
+	}
+	ss.closeConns()
+	if errors.Is(err, errSessionDone) {
+		err = nil
+	}
+	if err != nil {
+		ss.srv.countError(err)
+	}
+	lvl := slog.LevelInfo
+	if err != nil && kindOf(err) != 0 {
+		lvl = slog.LevelWarn
+	}
+	if err != nil || ss.user != "" {
+		ss.log.Log(context.Background(), lvl, "session end", logUser, ss.user, logDatabase, ss.db,
+			logDuration, time.Since(ss.start).String(), logError, err, logKind, kindOf(err).String())
+	}
+}
+
+// errSessionDone ends a session that completed without a relay (cancel
+// requests, refused authentication).
+var errSessionDone = errors.New("session done")
+
+// abort closes the connections so both pumps end now (Server.Close).
+func (ss *session) abort() {
+	ss.cancel()
+	ss.connMu.Lock()
+	defer ss.connMu.Unlock()
+	_ = ss.client.SetDeadline(time.Now())
+	if ss.server != nil {
+		_ = ss.server.SetDeadline(time.Now())
+	}
+}
+
+// deadline sets c's deadline (read deadline only when readOnly) unless the
+// session was aborted, in which case the past deadline of abort stays.
+func (ss *session) deadline(c net.Conn, t time.Time, readOnly bool) {
+	ss.connMu.Lock()
+	defer ss.connMu.Unlock()
+	if ss.ctx.Err() != nil {
+		t = time.Now()
+		readOnly = false
+	}
+	if readOnly {
+		_ = c.SetReadDeadline(t)
+	} else {
+		_ = c.SetDeadline(t)
+	}
+}
+
+// setConns installs the client (after TLS) and server connections; an
+// abort that came first applies to them at once.
+func (ss *session) setConns(client, server net.Conn) {
+	ss.connMu.Lock()
+	defer ss.connMu.Unlock()
+	ss.client, ss.server = client, server
+	if ss.ctx.Err() != nil {
+		_ = client.SetDeadline(time.Now())
+		if server != nil {
+			_ = server.SetDeadline(time.Now())
+		}
+	}
+}
+
+func (ss *session) closeConns() {
+	ss.connMu.Lock()
+	defer ss.connMu.Unlock()
+	_ = ss.client.Close()
+	if ss.server != nil {
+		_ = ss.server.Close()
+	}
+}
+
+// relay runs the two pumps until both end. The first to end half-closes
+// its destination so that the other side sees EOF in turn.
+func (ss *session) relay() error {
+	ss.deadline(ss.client, time.Time{}, false)
+	ss.deadline(ss.server, time.Time{}, false)
+	ss.cr.max = ss.cfg.MaxMessageSize
+	done := make(chan pumpResult, 2)
+	ss.srv.wg.Add(2)
+	go (*clientPump)(ss).run(done)
+	go (*serverPump)(ss).run(done)
+	var first error
+	for i := 0; i < 2; i++ {
+		r := <-done
+		if r.err != nil && !isClosedErr(r.err) && first == nil {
+			first = r.err
+		}
+		if i > 0 {
+			break
+		}
+		if r.fromClient {
+			// The client is gone or sent Terminate: the server ends its
+			// backend on EOF, and the server pump then sees EOF.
+			closeWrite(ss.server)
+			ss.deadline(ss.server, time.Now().Add(ss.cfg.ShutdownGrace), true)
+		} else {
+			// The server is gone: nothing more can be served.
+			ss.cancel()
+			ss.deadline(ss.client, time.Now(), true)
+		}
+	}
+	return first
+}
+
+type pumpResult struct {
+	fromClient bool
+	err        error
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+func isClosedErr(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// sendToClient writes a message built by the client pump to the client,
+// after everything the server pump wrote before, and flushes.
+func (ss *session) sendToClient(b []byte) error {
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	if _, err := ss.cw.Write(b); err != nil {
+		return err
+	}
+	return ss.cw.Flush()
+}
+
+// fatal sends err to the client as a FATAL ErrorResponse.
+func (ss *session) fatal(err error) {
+	b, _ := errorResponse(err).Encode(nil)
+	_ = ss.sendToClient(b)
+}

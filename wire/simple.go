@@ -1,0 +1,85 @@
+package wire
+
+import (
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// query handles a simple Query ('Q'). Pass-through text is forwarded raw;
+// a plan with slots is rendered with literal values and sent as a new
+// Query; a plan the proxy can answer alone is answered by local.go when the
+// session state allows it.
+func (p *clientPump) query() error {
+	ss := (*session)(p)
+	body, err := ss.cr.body()
+	if err != nil {
+		return err
+	}
+	if len(body) == 0 || body[len(body)-1] != 0 {
+		return protocolError("invalid string in message")
+	}
+	pl := ss.cfg.Rewriter.Plan(string(body[:len(body)-1]))
+	if pl == nil {
+		pl = plan.Passthrough
+	}
+	if pl.Template == nil {
+		p.push(owed{kind: owedQuery, stmts: pl.Statements})
+		p.forwardedQuery(pl)
+		return ss.cr.pass(ss.sw)
+	}
+	t := pl.Template
+	// The client's own Query destroys the unnamed statement and portal, so
+	// a hidden query before it harms nothing.
+	allValid, ok := p.values(t, true, true)
+	if !ok {
+		// No SQL for an extension slot: the server answers the original.
+		p.push(owed{kind: owedQuery})
+		p.forwardedQuery(pl)
+		return ss.cr.pass(ss.sw)
+	}
+	ss.cr.consume()
+	if pl.Local != nil && allValid {
+		if done, err := p.answerLocally(pl); done || err != nil {
+			return err
+		}
+	}
+	var start int
+	p.out, start = appendHeader(p.out[:0], 'Q')
+	p.out = t.RenderLiteral(p.out, p.vals)
+	p.out = append(p.out, 0)
+	p.out = finishMsg(p.out, start)
+	p.push(owed{kind: owedQuery, stmts: pl.Statements})
+	p.forwardedQuery(pl)
+	_, err = ss.sw.Write(p.out)
+	return err
+}
+
+// forwardedQuery records the effects of a Query sent to the server: it
+// destroys the unnamed statement and portal, and its plan's touches.
+func (p *clientPump) forwardedQuery(pl *plan.Plan) {
+	p.unnamed, p.stmtLive, p.unnamedPortal, p.portalLive = nil, false, nil, false
+	p.effects(pl)
+}
+
+// effects applies what an executed statement does to the session records:
+// prepared statements dropped by DEALLOCATE or DISCARD ALL, and mirror
+// state made stale (again at each ReadyForQuery until the transaction ends,
+// for SET LOCAL and rollbacks).
+func (p *clientPump) effects(pl *plan.Plan) {
+	ss := (*session)(p)
+	t := pl.Touches
+	if pl.DeallocateAll || (t&plan.TouchPrepared != 0 && pl.Deallocate == "") {
+		clear(p.stmts)
+	} else if pl.Deallocate != "" {
+		delete(p.stmts, pl.Deallocate)
+	}
+	if t == 0 {
+		return
+	}
+	p.mirror.invalidate(t)
+	if t&plan.TouchAll != 0 && t&plan.TouchPrepared != 0 {
+		clear(p.mirror.currval) // DISCARD ALL includes DISCARD SEQUENCES
+	}
+	ss.mu.Lock()
+	ss.pending |= t
+	ss.mu.Unlock()
+}

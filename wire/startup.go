@@ -1,0 +1,172 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// Request codes of the startup phase (the first word of a packet that is
+// not a protocol version).
+const (
+	protocol30      = 3 << 16
+	sslRequestCode  = 80877103
+	gssRequestCode  = 80877104
+	cancelCode      = 80877102
+	nodeStartupName = "snowflake.node"
+)
+
+// startup runs phases 1 to 3 of doc.go: the startup packet and its
+// negotiations, the connection to the server, and the authentication relay.
+// It returns nil once the server sent ReadyForQuery, errSessionDone when the
+// session ended normally before that (cancel request, refused login).
+func (ss *session) startup() error {
+	ss.deadline(ss.client, time.Now().Add(ss.cfg.HandshakeTimeout), false)
+	tlsDone, gssDone := false, false
+	for {
+		pkt, err := readStartupPacket(ss.client)
+		if err != nil {
+			if e, ok := err.(*Error); ok && e.Kind == KindClientProtocol {
+				ss.fatalRaw(err)
+			}
+			return err
+		}
+		code := binary.BigEndian.Uint32(pkt)
+		switch {
+		case code == sslRequestCode && !tlsDone:
+			if err := ss.negotiateTLS(); err != nil {
+				return err
+			}
+			tlsDone = true
+		case code == gssRequestCode && !gssDone && !tlsDone:
+			gssDone = true
+			if _, err := ss.client.Write([]byte{'N'}); err != nil {
+				return &Error{Kind: KindClientIO, Message: "write", Err: err}
+			}
+		case code == cancelCode:
+			return ss.forwardCancel(pkt)
+		case code>>16 == 3:
+			return ss.connect(pkt)
+		default:
+			err := &Error{Kind: KindUnsupported, Code: codeFeatureNotSupported,
+				Message: fmt.Sprintf("unsupported frontend protocol %d.%d: server supports 3.0 to 3.0", code>>16, code&0xffff)}
+			ss.fatalRaw(err)
+			return err
+		}
+	}
+}
+
+// readStartupPacket reads one length-prefixed startup-phase packet without
+// buffering past it (a TLS handshake may follow) and returns it without its
+// length word.
+func readStartupPacket(r io.Reader) ([]byte, error) {
+	var h [4]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, &Error{Kind: KindClientIO, Message: "read startup packet", Err: err}
+	}
+	n := binary.BigEndian.Uint32(h[:])
+	if n < 8 || n > maxStartupPacket {
+		return nil, protocolError("invalid length of startup packet")
+	}
+	b := make([]byte, n-4)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, &Error{Kind: KindClientIO, Message: "read startup packet", Err: err}
+	}
+	return b, nil
+}
+
+// fatalRaw sends an ErrorResponse before the relay's writers exist.
+func (ss *session) fatalRaw(err error) {
+	b, _ := errorResponse(err).Encode(nil)
+	_, _ = ss.client.Write(b)
+}
+
+// startupParams parses the name/value pairs after the protocol version.
+func startupParams(pkt []byte) ([][2]string, error) {
+	var out [][2]string
+	b := pkt[4:]
+	for {
+		k, rest, ok := cstring(b)
+		if !ok {
+			return nil, protocolError("invalid startup packet layout: expected terminator as last byte")
+		}
+		if len(k) == 0 {
+			if len(rest) != 0 {
+				return nil, protocolError("invalid startup packet layout: expected terminator as last byte")
+			}
+			return out, nil
+		}
+		v, rest2, ok := cstring(rest)
+		if !ok {
+			return nil, protocolError("invalid startup packet layout: expected terminator as last byte")
+		}
+		out = append(out, [2]string{string(k), string(v)})
+		b = rest2
+	}
+}
+
+// connect handles a StartupMessage: dial the server, send the packet (with
+// the proxy's snowflake.node added), relay authentication.
+func (ss *session) connect(pkt []byte) error {
+	params, err := startupParams(pkt)
+	if err != nil {
+		ss.fatalRaw(err)
+		return err
+	}
+	hasNode := false
+	for _, p := range params {
+		switch p[0] {
+		case "user":
+			ss.user = p[1]
+		case "database":
+			ss.db = p[1]
+		case nodeStartupName:
+			hasNode = true
+		case "options":
+			if bytes.Contains([]byte(p[1]), []byte(nodeStartupName)) {
+				hasNode = true
+			}
+		}
+	}
+	if ss.db == "" {
+		ss.db = ss.user
+	}
+	out := make([]byte, 4, len(pkt)+40)
+	out = append(out, pkt[:len(pkt)-1]...)
+	if ss.cfg.Node != 0 && !hasNode {
+		out = append(out, nodeStartupName...)
+		out = append(out, 0)
+		out = strconv.AppendInt(out, int64(ss.cfg.Node), 10)
+		out = append(out, 0)
+	}
+	out = append(out, 0)
+	binary.BigEndian.PutUint32(out, uint32(len(out)))
+
+	ss.cw = bufio.NewWriterSize(ss.client, ioBufferSize)
+	ss.cr = frameReader{r: bufio.NewReaderSize(ss.client, ioBufferSize), max: maxAuthMessage}
+	if err := ss.dial(); err != nil {
+		ss.fatal(err)
+		return err
+	}
+	if _, err := ss.sw.Write(out); err != nil {
+		return ss.upstreamLost(err)
+	}
+	if err := ss.sw.Flush(); err != nil {
+		return ss.upstreamLost(err)
+	}
+	return ss.authenticate()
+}
+
+// upstreamLost reports a lost server connection to the client (08006).
+func (ss *session) upstreamLost(err error) error {
+	e := &Error{Kind: KindUpstreamIO, Code: codeConnectionFailure,
+		Message: "snowflake-proxy: server closed the connection unexpectedly", Err: err}
+	if !ss.clientGone.Load() && !ss.sawFatal.Load() {
+		ss.fatal(e)
+	}
+	return e
+}
