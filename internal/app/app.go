@@ -123,7 +123,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 
-	services, err := compat.New(compat.Config{ControlURL: up.controlURL, Node: cfg.Node, Logger: cfg.Logger.With("component", "compat")})
+	services, err := compat.New(compat.Config{ControlURL: up.controlURL, Node: cfg.Node, Logger: cfg.Logger})
 	if err != nil {
 		a.stopEmbedded()
 		return nil, fmt.Errorf("snowflake services: %w", err)

@@ -1,0 +1,43 @@
+// Package compat makes a stock PostgreSQL speak the pgEdge snowflake API.
+//
+// It owns three things:
+//
+//   - the shim (shim.go, sql/*.sql): the whole SQL API of the extension
+//     written in SQL and PL/pgSQL, installed by CREATE EXTENSION snowflake
+//     sent through the proxy. ExtensionSQL turns CREATE/DROP/ALTER
+//     EXTENSION into one DO statement that runs in the client's own session
+//     and transaction, so it is as transactional as the real statement and
+//     gives PostgreSQL's errors and notices;
+//   - the lease store (leasestore.go): generator.LeaseStore on a small pgx
+//     pool per database (pools.go), reserving windows of positions through
+//     the shim's snowflake._lease function, one round trip per lease;
+//   - the node claim (claim.go): one session advisory lock per database on
+//     a dedicated control connection, so two live proxies with one node id
+//     on one database are reported instead of silently issuing duplicates.
+//
+// Service (service.go) ties them together and implements wire.Snowflakes.
+//
+// The state model shared by the shim and the Go generator is described in
+// sql/functions.sql and in DESIGN.md ("State and uniqueness model"): the
+// sequence's last_value keeps the highest position issued from it, a hidden
+// per-(sequence, node) high-water sequence created only by _lease holds the
+// top of that node's leases, and a per-sequence advisory lock serialises the
+// shim's nextval with _lease.
+//
+// Known differences from the C extension, with their reasons:
+//
+//   - errors raised by the shim carry a CONTEXT field naming the PL/pgSQL
+//     function (PL/pgSQL always adds it); message, SQLSTATE, DETAIL and
+//     HINT are the extension's;
+//   - the session's currval lives in a custom setting, which a ROLLBACK
+//     restores: after a rolled-back transaction currval reports the value
+//     from before it (or the "not yet defined" error) where the extension
+//     keeps the rolled-back value;
+//   - the shim writes sequences with setval, so it runs as the installer
+//     (SECURITY DEFINER), who must be able to setval the user's sequences
+//     (a superuser or their owner), and a sequence whose MAXVALUE is below
+//     a snowflake cannot store one (convert_sequence_to_snowflake fixes
+//     that, as the extension's 2.5 does);
+//   - convert_sequence_to_snowflake clears an identity flag in pg_attribute
+//     as the extension does, which needs a superuser.
+package compat

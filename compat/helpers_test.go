@@ -1,0 +1,140 @@
+package compat
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// testConn is a direct connection that records the notices it receives.
+type testConn struct {
+	*pgx.Conn
+	mu      sync.Mutex
+	notices []*pgconn.Notice
+}
+
+func (c *testConn) takeNotices() []*pgconn.Notice {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.notices
+	c.notices = nil
+	return n
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newDB creates a database and returns its URL.
+func newDB(t *testing.T) string {
+	t.Helper()
+	srv := pgtest.Shared(t)
+	return srv.URL(pgtest.NewDatabase(t, srv))
+}
+
+func connect(t *testing.T, url string) *testConn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return connectConfig(t, cfg)
+}
+
+func connectConfig(t *testing.T, cfg *pgx.ConnConfig) *testConn {
+	t.Helper()
+	tc := &testConn{}
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		tc.mu.Lock()
+		tc.notices = append(tc.notices, n)
+		tc.mu.Unlock()
+	}
+	c, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Conn = c
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return tc
+}
+
+func extSQL(t *testing.T, op plan.SlotOp, opts *plan.ExtensionOptions) string {
+	t.Helper()
+	s, err := ExtensionSQL(op, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustExec(t *testing.T, c *testConn, sql string, args ...any) {
+	t.Helper()
+	if _, err := c.Exec(ctxT(t), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func install(t *testing.T, c *testConn) {
+	t.Helper()
+	mustExec(t, c, extSQL(t, plan.CreateExtension, nil))
+	c.takeNotices()
+}
+
+// pgErr runs sql and returns the server error it must fail with.
+func pgErr(t *testing.T, c *testConn, sql string, args ...any) *pgconn.PgError {
+	t.Helper()
+	_, err := c.Exec(ctxT(t), sql, args...)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		t.Fatalf("%s: want a server error, got %v", sql, err)
+	}
+	return pe
+}
+
+func wantErr(t *testing.T, pe *pgconn.PgError, code, msg string) {
+	t.Helper()
+	if pe.Code != code || pe.Message != msg {
+		t.Fatalf("got %s %q, want %s %q", pe.Code, pe.Message, code, msg)
+	}
+}
+
+func wantNotices(t *testing.T, c *testConn, msgs ...string) []*pgconn.Notice {
+	t.Helper()
+	got := c.takeNotices()
+	var texts []string
+	for _, n := range got {
+		texts = append(texts, n.Message)
+	}
+	if len(texts) != len(msgs) {
+		t.Fatalf("notices %q, want %q", texts, msgs)
+	}
+	for i := range msgs {
+		if texts[i] != msgs[i] {
+			t.Fatalf("notices %q, want %q", texts, msgs)
+		}
+	}
+	return got
+}
+
+func queryInt(t *testing.T, c *testConn, sql string, args ...any) int64 {
+	t.Helper()
+	var v int64
+	if err := c.QueryRow(ctxT(t), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+func compose(ms int64, node, count int) int64 { return ms<<22 | int64(node)<<12 | int64(count) }

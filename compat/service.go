@@ -1,0 +1,230 @@
+package compat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// Defaults of Config's zero values.
+const (
+	// DefaultMaxConns bounds each per-database control pool: leases are
+	// rare (one per sequence and node every LeaseDuration/2 or so).
+	DefaultMaxConns = 4
+	// DefaultHeartbeat is how often a node claim's connection is pinged.
+	DefaultHeartbeat = 5 * time.Second
+)
+
+// ErrClosed is returned by Nextval after Close.
+var ErrClosed = errors.New("compat: service closed")
+
+// Config configures a Service. Zero values are documented defaults.
+type Config struct {
+	// ControlURL is a postgres:// URL (or key=value DSN) with the proxy's
+	// control credentials. Its database is replaced by the client's database
+	// for each pool. Empty: pgx defaults (PG* environment variables).
+	ControlURL string
+	// Logger receives errors worth a human's attention (node claim
+	// conflicts, failed leases). Nil: slog.Default().
+	Logger *slog.Logger
+	// Node is the proxy's own node id (--node). When set (1..1023), the
+	// first Nextval with that node on a database claims it there (claim.go).
+	// 0: no claim.
+	Node int
+	// LeaseDuration and RenewBefore are passed to generator.Config; zero
+	// means the generator's defaults.
+	LeaseDuration time.Duration
+	RenewBefore   time.Duration
+	// Clock is passed to generator.Config. Nil: generator.SystemClock.
+	Clock generator.Clock
+	// MaxConns bounds each per-database pool. 0: DefaultMaxConns.
+	MaxConns int32
+	// Heartbeat is the interval between pings of a claim connection, and of
+	// retries of a claim held by someone else. 0: DefaultHeartbeat.
+	Heartbeat time.Duration
+	// PendingWait bounds how long a first lease of a (sequence, node) waits
+	// for older transactions to end (LeaseStore.PendingWait). 0:
+	// DefaultPendingWait.
+	PendingWait time.Duration
+}
+
+// Service implements wire.Snowflakes: the fast path's IDs (through the
+// generator and a LeaseStore on PostgreSQL) and the extension statements.
+// Create it with New and stop it with Close.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	base    *pgxpool.Config
+	gen     *generator.Generator
+	store   *LeaseStore
+	closing bool
+
+	mu     sync.Mutex // guards pools, claims, closing
+	pools  map[string]*pgxpool.Pool
+	claims map[string]*claim
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // claim heartbeats
+}
+
+// New validates cfg and returns a Service. It opens no connection: pools
+// and claims are created on first use per database.
+func New(cfg Config) (*Service, error) {
+	if cfg.Node < 0 || cfg.Node > generator.MaxNode {
+		return nil, fmt.Errorf("compat: node %d is outside 0..%d", cfg.Node, generator.MaxNode)
+	}
+	if cfg.MaxConns < 0 || cfg.Heartbeat < 0 || cfg.PendingWait < 0 {
+		return nil, errors.New("compat: negative MaxConns, Heartbeat or PendingWait")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	base, err := pgxpool.ParseConfig(cfg.ControlURL)
+	if err != nil {
+		return nil, fmt.Errorf("compat: control URL: %w", err)
+	}
+	base.MaxConns = cfg.MaxConns
+	base.MinConns = 0
+	rp := base.ConnConfig.RuntimeParams
+	// A lease must be durable before the proxy uses it, whatever the
+	// server's default says.
+	rp["synchronous_commit"] = "on"
+	if _, ok := rp["application_name"]; !ok {
+		rp["application_name"] = "snowflake-proxy control"
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{
+		cfg:    cfg,
+		log:    log.With("component", "compat"),
+		base:   base,
+		pools:  map[string]*pgxpool.Pool{},
+		claims: map[string]*claim{},
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.store = &LeaseStore{pools: s, PendingWait: cfg.PendingWait}
+	s.gen, err = generator.New(generator.Config{
+		Store:         s.store,
+		Clock:         cfg.Clock,
+		LeaseDuration: cfg.LeaseDuration,
+		RenewBefore:   cfg.RenewBefore,
+		Logger:        log,
+	})
+	if err != nil {
+		s.cancel()
+		return nil, fmt.Errorf("compat: %w", err)
+	}
+	return s, nil
+}
+
+// Nextval issues the next snowflake of sequence seq in database with node
+// bits node. It fails, and the session falls back to the shim, when the
+// shim is not installed in database, when the server refuses the lease, or
+// when another live proxy holds this proxy's node claim on database.
+func (s *Service) Nextval(ctx context.Context, database string, seq uint32, node int) (int64, error) {
+	if node == s.cfg.Node && node != 0 {
+		c, err := s.claim(database)
+		if err != nil {
+			return 0, err
+		}
+		if err := c.check(ctx); err != nil {
+			return 0, err
+		}
+	}
+	id, err := s.gen.Next(ctx, generator.Key{Database: database, Seq: seq, Node: node})
+	if err != nil {
+		return 0, fmt.Errorf("compat: nextval %s/%d node %d: %w", database, seq, node, err)
+	}
+	return id, nil
+}
+
+// ExtensionSQL implements wire.Snowflakes; see the package-level function.
+func (s *Service) ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {
+	return ExtensionSQL(op, opts)
+}
+
+// ExtensionChanged tells the Service that CREATE/DROP/ALTER EXTENSION went
+// through on database, so that a shim remembered as missing is looked for
+// again at once.
+func (s *Service) ExtensionChanged(database string) { s.store.ForgetMissingShim(database) }
+
+// Store returns the Service's LeaseStore (for tests and tools).
+func (s *Service) Store() *LeaseStore { return s.store }
+
+// pool returns the control pool of database, creating it on first use.
+func (s *Service) pool(database string) (*pgxpool.Pool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, ErrClosed
+	}
+	if p := s.pools[database]; p != nil {
+		return p, nil
+	}
+	cfg := s.base.Copy()
+	cfg.ConnConfig.Database = database
+	p, err := pgxpool.NewWithConfig(s.ctx, cfg) // connects lazily
+	if err != nil {
+		return nil, fmt.Errorf("compat: pool for %q: %w", database, err)
+	}
+	s.pools[database] = p
+	return p, nil
+}
+
+// claim returns the node claim of database, starting it on first use.
+func (s *Service) claim(database string) (*claim, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, ErrClosed
+	}
+	if c := s.claims[database]; c != nil {
+		return c, nil
+	}
+	c := newClaim(s, database)
+	s.claims[database] = c
+	s.wg.Add(1)
+	go c.run()
+	return c, nil
+}
+
+// Close stops the generator and the claim heartbeats, releases the claims
+// and closes the pools, waiting at most until ctx is done.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	pools := s.pools
+	s.mu.Unlock()
+
+	err := s.gen.Close(ctx)
+	s.cancel()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("compat: close: %w", ctx.Err()))
+	}
+	for _, p := range pools {
+		p.Close()
+	}
+	return err
+}

@@ -1,0 +1,105 @@
+package compat
+
+import (
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// ShimVersion is the pgEdge extension version the shim provides; it is the
+// only version CREATE EXTENSION ... VERSION and ALTER EXTENSION ... UPDATE TO
+// accept.
+const ShimVersion = "2.6"
+
+// NotifyChannel is the channel the shim's event trigger notifies after DDL
+// (payload: the command tag). Only installed when a superuser ran CREATE
+// EXTENSION.
+const NotifyChannel = "snowflake_proxy_catalog"
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+func mustRead(name string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name)
+	if err != nil {
+		panic(err) // embedded at build time: cannot happen
+	}
+	return stripHeader(string(b))
+}
+
+// stripHeader drops the comment lines at the top of an embedded file: they
+// document the file, the server need not read them on every install.
+func stripHeader(s string) string {
+	for strings.HasPrefix(s, "--") {
+		i := strings.IndexByte(s, '\n')
+		if i < 0 {
+			return ""
+		}
+		s = s[i+1:]
+	}
+	return strings.TrimLeft(s, "\n")
+}
+
+var (
+	functionsSQL = mustRead("functions.sql")
+	eventsSQL    = mustRead("events.sql")
+	installSQL   = mustRead("install.sql")
+	dropSQL      = mustRead("drop.sql")
+	updateSQL    = mustRead("update.sql")
+)
+
+// ExtensionSQL returns the DO statement that performs the extension
+// statement op (plan.CreateExtension, DropExtension or AlterExtension) with
+// opts (nil means no options). The proxy sends it in place of the client's
+// statement and reports it with the client's command tag.
+func ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {
+	if opts == nil {
+		opts = &plan.ExtensionOptions{}
+	}
+	r := strings.NewReplacer(
+		"{{FUNCTIONS}}", functionsSQL,
+		"{{EVENT_TRIGGERS}}", eventsSQL,
+		"{{SHIM_VERSION}}", ShimVersion,
+		"{{IF_NOT_EXISTS}}", sqlBool(opts.IfNotExists),
+		"{{IF_EXISTS}}", sqlBool(opts.IfExists),
+		"{{CASCADE}}", sqlBool(opts.Cascade),
+		"{{VERSION}}", sqlText(opts.Version),
+		"{{SCHEMA}}", sqlText(opts.Schema),
+	)
+	switch op {
+	case plan.CreateExtension:
+		return r.Replace(installSQL), nil
+	case plan.DropExtension:
+		return r.Replace(dropSQL), nil
+	case plan.AlterExtension:
+		return r.Replace(updateSQL), nil
+	default:
+		return "", fmt.Errorf("compat: ExtensionSQL: op %d is not an extension statement", op)
+	}
+}
+
+func sqlBool(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+// sqlText quotes s as a SQL string literal; "" becomes NULL (option
+// absent). The literal sits inside the dollar-quoted DO body, so anything
+// but plain version-like text is spelled in hex: no quote, backslash or
+// dollar sign of the client's text can end the literal or the body.
+func sqlText(s string) string {
+	if s == "" {
+		return "NULL"
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return "pg_catalog.convert_from(pg_catalog.decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), 'UTF8')"
+		}
+	}
+	return "'" + s + "'"
+}

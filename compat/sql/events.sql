@@ -1,0 +1,61 @@
+-- snowflake-proxy shim: event triggers (installed only by a superuser).
+-- Pasted into the DO blocks of install.sql and update.sql; bodies use the tag fn.
+--
+-- _ddl_notify tells listening proxies that the catalog changed (NOTIFY
+-- snowflake_proxy_catalog, payload: the command tag), so that they refresh
+-- their caches of snowflake column defaults, increments and privileges.
+-- The shim's own H sequences, created by _lease, are not worth a message.
+CREATE OR REPLACE FUNCTION snowflake._ddl_notify() RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    -- DROP commands report no rows here (sql_drop has them): notify.
+    IF NOT EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands())
+       OR EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands() c
+                  WHERE NOT (c.schema_name = 'snowflake' AND c.object_type = 'sequence'
+                             AND c.object_identity LIKE 'snowflake._hw\_%')) THEN
+        PERFORM pg_notify('snowflake_proxy_catalog', tg_tag);
+    END IF;
+END
+$fn$;
+
+-- _ddl_drop removes the H sequences of a dropped sequence (its OID may be
+-- reused later) and tells the proxies.
+CREATE OR REPLACE FUNCTION snowflake._ddl_drop() RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    r record;
+    notify boolean := false;
+BEGIN
+    FOR r IN SELECT o.objid, o.object_type, o.schema_name FROM pg_event_trigger_dropped_objects() o LOOP
+        IF r.schema_name = 'snowflake' THEN
+            CONTINUE;
+        END IF;
+        notify := true;
+        IF r.object_type = 'sequence' THEN
+            DECLARE
+                h record;
+            BEGIN
+                FOR h IN SELECT c.relname FROM pg_class c
+                         WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
+                           AND c.relname LIKE '\_hw\_' || r.objid::text || '\_%' LOOP
+                    EXECUTE format('DROP SEQUENCE IF EXISTS snowflake.%I', h.relname);
+                END LOOP;
+            END;
+        END IF;
+    END LOOP;
+    IF notify THEN
+        PERFORM pg_notify('snowflake_proxy_catalog', tg_tag);
+    END IF;
+END
+$fn$;
+
+IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = 'snowflake_ddl_notify') THEN
+    CREATE EVENT TRIGGER snowflake_ddl_notify ON ddl_command_end EXECUTE FUNCTION snowflake._ddl_notify();
+END IF;
+IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = 'snowflake_ddl_drop') THEN
+    CREATE EVENT TRIGGER snowflake_ddl_drop ON sql_drop EXECUTE FUNCTION snowflake._ddl_drop();
+END IF;

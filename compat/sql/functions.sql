@@ -1,0 +1,490 @@
+-- snowflake-proxy shim: the functions of the pgEdge snowflake API.
+--
+-- This file is a list of idempotent statements (CREATE OR REPLACE, GRANT)
+-- that install.sql and update.sql paste into the body of their DO block, so
+-- it must not use the dollar-quote tag of that block. Function bodies use
+-- the tag fn. It assumes the schema snowflake and snowflake.id_seq
+-- exist.
+--
+-- State model (DESIGN.md, "State and uniqueness model"):
+--   S            the user's sequence; its last_value holds the highest
+--                position (ms<<12|count) issued from it by any path and node:
+--                the shim applies the pgEdge rule to it, exactly as the
+--                extension does, and _lease raises it to each lease's top;
+--   H(s, N)      snowflake."_hw_<oid>_<node>", created only by _lease on the
+--                proxy's control connection: the top of node N's leases and
+--                shim IDs, so that leases of different nodes never push each
+--                other (a lease reads only its own H);
+--   the lock     a session advisory lock on (0x5346 << 32 | oid), held only
+--                for the few statements that read and write S and H; _lease
+--                takes it at transaction level.
+--
+-- Why the shim reads S and not H: a session sees a newly created H only
+-- after it processes catalog invalidations, which a transaction that was
+-- already running (holding its locks) may never do. Such a session issues
+-- from S and writes only S. So _lease treats a new H as pending until every
+-- transaction older than it is over, then raises H to S once, and only then
+-- grants leases from H.
+
+-- _shim_version marks the schema as the shim's and tells which version of
+-- the pgEdge API it provides.
+CREATE OR REPLACE FUNCTION snowflake._shim_version() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $fn$SELECT '2.6'::text$fn$;
+
+-- Decoding. SQL functions without SET clauses so the planner inlines them.
+CREATE OR REPLACE FUNCTION snowflake.get_epoch(bigint) RETURNS numeric
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $fn$SELECT pg_catalog.round(((($1 OPERATOR(pg_catalog.>>) 22) OPERATOR(pg_catalog.&) 2199023255551) OPERATOR(pg_catalog.+) 1672531200000)::numeric OPERATOR(pg_catalog./) 1000, 3)$fn$;
+
+CREATE OR REPLACE FUNCTION snowflake.get_count(bigint) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $fn$SELECT ($1 OPERATOR(pg_catalog.&) 4095)::integer$fn$;
+
+CREATE OR REPLACE FUNCTION snowflake.get_node(bigint) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $fn$SELECT (($1 OPERATOR(pg_catalog.>>) 12) OPERATOR(pg_catalog.&) 1023)::integer$fn$;
+
+-- format is STABLE: ts is the text of a timestamptz, so it follows the
+-- session's TimeZone and DateStyle.
+CREATE OR REPLACE FUNCTION snowflake.format(bigint) RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $fn$SELECT pg_catalog.jsonb_build_object(
+    'id', snowflake.get_node($1),
+    'ts', pg_catalog.to_timestamp(snowflake.get_epoch($1)::double precision)::text,
+    'count', snowflake.get_count($1))$fn$;
+
+-- _issue is the writing half of nextval: it runs as the installer, because
+-- the built-in nextval needs only USAGE on the sequence while the shim must
+-- setval it. It re-checks everything itself, so calling it directly grants
+-- nothing: who must hold USAGE or UPDATE on seq, and the session user must
+-- be who, be a member of who, or hold the privilege itself.
+CREATE OR REPLACE FUNCTION snowflake._issue(seq regclass, who name) RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    rname name;
+    inc bigint;
+    node_txt text;
+    node integer;
+    lk bigint;
+    hw regclass;
+    last bigint;
+    now_ms bigint;
+    ms bigint;
+    cnt bigint;
+    v bigint;
+    s_last bigint;
+    done bigint;
+    ok boolean;
+BEGIN
+    -- Checks in the order of the built-in nextval. Plain function calls
+    -- only (no queries): this is the hot path of every shim call.
+    -- pg_sequence_last_value raises PostgreSQL's own "is not a sequence".
+    s_last := pg_sequence_last_value(seq);
+    IF NOT has_sequence_privilege(who, seq, 'USAGE, UPDATE')
+       OR (who <> session_user
+           AND NOT pg_has_role(session_user, who, 'MEMBER')
+           AND NOT has_sequence_privilege(session_user, seq, 'USAGE, UPDATE')) THEN
+        SELECT c.relname INTO rname FROM pg_class c WHERE c.oid = seq;
+        RAISE EXCEPTION 'permission denied for sequence %', rname
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF current_setting('transaction_read_only') = 'on' THEN
+        RAISE EXCEPTION 'cannot execute nextval() in a read-only transaction'
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    node_txt := current_setting('snowflake.node', true);
+    IF node_txt IS NULL OR node_txt = '' OR node_txt = '0' THEN
+        RAISE EXCEPTION 'value for snowflake.node is not set'
+            USING ERRCODE = 'config_file_error';
+    END IF;
+    node := node_txt::integer;
+    IF node < 1 OR node > 1023 THEN
+        RAISE EXCEPTION '% is outside the valid range for parameter "snowflake.node" (0 .. 1023)', node
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    inc := (pg_sequence_parameters(seq)).increment;
+    IF inc < 1 THEN
+        inc := 1; -- a zero or negative increment would repeat positions
+    END IF;
+
+    lk := 91560112816128 | seq::oid::bigint; -- x'5346'::bigint << 32
+    BEGIN
+        IF NOT pg_try_advisory_lock(lk) THEN
+            PERFORM pg_advisory_lock(lk);
+        END IF;
+
+        -- S holds the highest position issued from the sequence by any
+        -- path and node (the lease raises it too), so the rule reads S.
+        last := coalesce(pg_sequence_last_value(seq), 0);
+
+        -- The pgEdge rule (PGEDGE_API.md section 2) on positions.
+        now_ms := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000;
+        ms := (last >> 22) & 2199023255551;
+        IF now_ms > ms THEN
+            ms := now_ms;
+            cnt := 0;
+        ELSE
+            cnt := last & 4095;
+            IF inc > 4095 - cnt THEN
+                ms := ms + 1;
+                cnt := 0;
+            ELSE
+                cnt := cnt + inc;
+            END IF;
+        END IF;
+        v := (ms << 22) | (node::bigint << 12) | cnt;
+
+        done := setval(seq, v, true);
+        -- Tell this node's leases about it. A session whose transaction
+        -- began before H was created may not see H (its catalog caches are
+        -- older); _lease does not trust H until such transactions are over.
+        hw := to_regclass('snowflake._hw_' || seq::oid::text || '_' || node::text);
+        IF hw IS NOT NULL THEN
+            done := setval(hw, v, true);
+        END IF;
+
+        ok := pg_advisory_unlock(lk);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        -- Never leave the lock behind: not on an error, a cancel or a
+        -- statement timeout, wherever it struck.
+        IF EXISTS (SELECT 1 FROM pg_locks l
+                   WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
+                     AND l.classid = 21318 AND l.objid = seq::oid AND l.objsubid = 1
+                     AND l.granted) THEN
+            PERFORM pg_advisory_unlock(lk);
+        END IF;
+        RAISE;
+    END;
+    RETURN v;
+END
+$fn$;
+
+-- nextval runs as the caller: the privilege check uses current_user, as the
+-- built-in nextval does, and the session's currval is recorded here.
+CREATE OR REPLACE FUNCTION snowflake.nextval(regclass DEFAULT 'snowflake.id_seq'::regclass) RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+AS $fn$
+DECLARE
+    v bigint;
+    t text;
+BEGIN
+    v := snowflake._issue($1, current_user);
+    t := pg_catalog.set_config('snowflake.currval_' || $1::oid::text, v::text, false);
+    RETURN v;
+END
+$fn$;
+
+-- _currval_check raises the errors of the built-in currval for seq.
+CREATE OR REPLACE FUNCTION snowflake._currval_check(seq regclass, val bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v bigint;
+BEGIN
+    -- pg_sequence_last_value raises the built-in errors with their texts:
+    -- "is not a sequence", and "permission denied for sequence" without
+    -- SELECT or USAGE (checked for the caller: this is not SECURITY DEFINER).
+    v := pg_sequence_last_value(seq);
+    IF val IS NULL THEN
+        RAISE EXCEPTION 'currval of sequence "%" is not yet defined in this session',
+            (SELECT c.relname FROM pg_class c WHERE c.oid = seq)
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN val;
+END
+$fn$;
+
+-- currval returns this session's latest shim value for the sequence.
+CREATE OR REPLACE FUNCTION snowflake.currval(regclass DEFAULT 'snowflake.id_seq'::regclass) RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+AS $fn$
+BEGIN
+    RETURN snowflake._currval_check($1,
+        nullif(pg_catalog.current_setting('snowflake.currval_' || $1::oid::text, true), '')::bigint);
+END
+$fn$;
+
+-- _currval is what the proxy sends in place of snowflake.currval (see
+-- plan.CurrvalFunc): the later of the shim's session value and hint, the
+-- proxy's own latest fast-path value for the sequence (NULL when none).
+CREATE OR REPLACE FUNCTION snowflake._currval(regclass, bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+BEGIN
+    IF $1 IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN snowflake._currval_check($1, greatest(
+        nullif(pg_catalog.current_setting('snowflake.currval_' || $1::oid::text, true), '')::bigint, $2));
+END
+$fn$;
+
+-- _lease reserves positions for the proxy's Go generator. It must run in its
+-- own transaction on the proxy's control connection (it may create H, and
+-- DDL in a client's transaction could be rolled back): the proxy calls it in
+-- autocommit with synchronous_commit on. It takes the per-sequence lock at
+-- transaction level, so H's creation is committed before the shim can see
+-- the lock free, and a cancel or error releases it.
+--
+-- lo_pos is the high-water position of (seq, node) before the lease;
+-- hi_pos = greatest(want_hi_pos, lo_pos + 1) is the new one. Both are NULL
+-- while H is pending (see the top of this file): the caller retries.
+--
+-- H's comment names its sequence (an OID reused after a dump and restore,
+-- or a renamed sequence, makes H stale: it is dropped and made again), and
+-- while pending has a second line "pending" or "pending <epoch>", the time
+-- from which every other transaction must have started for H to be seen.
+CREATE OR REPLACE FUNCTION snowflake._lease(seq regclass, node integer, want_hi_pos bigint,
+                                            OUT lo_pos bigint, OUT hi_pos bigint)
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    kind "char";
+    rname name;
+    ident text;
+    hwname text := '_hw_' || seq::oid::text || '_' || node::text;
+    hw regclass;
+    cmt text;
+    since timestamptz;
+    s_last bigint;
+    h_last bigint;
+    id bigint;
+    done bigint;
+BEGIN
+    SELECT c.relkind, c.relname, quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+    INTO kind, rname, ident
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = seq;
+    IF kind IS DISTINCT FROM 'S' THEN
+        RAISE EXCEPTION '"%" is not a sequence', coalesce(rname, seq::oid::text)
+            USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF NOT has_sequence_privilege(session_user, seq, 'USAGE, UPDATE') THEN
+        RAISE EXCEPTION 'permission denied for sequence %', rname
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF node < 1 OR node > 1023 THEN
+        RAISE EXCEPTION 'node % is outside 1..1023', node USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF want_hi_pos < 0 OR want_hi_pos > 9007199254740991 THEN -- (2^41-1)<<12 | 4095
+        RAISE EXCEPTION 'position % is out of range', want_hi_pos USING ERRCODE = 'numeric_value_out_of_range';
+    END IF;
+
+    PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
+    -- The first lock on seq in this transaction, taken after the advisory
+    -- lock, makes this session process catalog invalidations: an H created
+    -- by another proxy while we waited is visible to to_regclass below.
+    s_last := coalesce(pg_sequence_last_value(seq), 0);
+
+    hw := to_regclass('snowflake.' || quote_ident(hwname));
+    IF hw IS NOT NULL THEN
+        cmt := obj_description(hw, 'pg_class');
+        IF cmt IS NULL OR split_part(cmt, E'\n', 1) <> ident THEN
+            EXECUTE format('DROP SEQUENCE snowflake.%I', hwname);
+            hw := NULL;
+        END IF;
+    END IF;
+    IF hw IS NULL THEN
+        EXECUTE format('CREATE SEQUENCE snowflake.%I AS bigint MINVALUE 0 START 0 NO CYCLE', hwname);
+        EXECUTE format('COMMENT ON SEQUENCE snowflake.%I IS %L', hwname, ident || E'\npending');
+        hw := to_regclass('snowflake.' || quote_ident(hwname));
+        IF s_last > 0 THEN
+            done := setval(hw, ((s_last >> 22) << 22) | (node::bigint << 12) | (s_last & 4095), true);
+        END IF;
+        PERFORM pg_current_xact_id();
+        RETURN; -- pending
+    END IF;
+
+    IF cmt <> ident THEN
+        -- Pending. This transaction sees H, so H was committed before now:
+        -- transactions that began after this moment see it too.
+        IF cmt = ident || E'\npending' THEN
+            since := clock_timestamp();
+        ELSE
+            since := to_timestamp(split_part(split_part(cmt, E'\n', 2), ' ', 2)::double precision);
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_stat_activity a
+                   WHERE a.datname = current_database() AND a.backend_type = 'client backend'
+                     AND a.pid <> pg_backend_pid() AND a.xact_start <= since) THEN
+            IF cmt = ident || E'\npending' THEN
+                EXECUTE format('COMMENT ON SEQUENCE snowflake.%I IS %L', hwname,
+                               ident || E'\npending ' || extract(epoch FROM since)::text);
+            END IF;
+            RETURN; -- still pending
+        END IF;
+        -- Settled: take in what shim calls blind to H wrote to S meanwhile.
+        EXECUTE format('COMMENT ON SEQUENCE snowflake.%I IS %L', hwname, ident);
+        h_last := coalesce(pg_sequence_last_value(hw), 0);
+        IF (((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095)
+           > (((h_last >> 22) & 2199023255551) << 12) | (h_last & 4095) THEN
+            done := setval(hw, ((s_last >> 22) << 22) | (node::bigint << 12) | (s_last & 4095), true);
+        END IF;
+    END IF;
+
+    h_last := coalesce(pg_sequence_last_value(hw), 0);
+    lo_pos := (((h_last >> 22) & 2199023255551) << 12) | (h_last & 4095);
+    hi_pos := greatest(want_hi_pos, lo_pos + 1);
+    id := ((hi_pos >> 12) << 22) | (node::bigint << 12) | (hi_pos & 4095);
+    done := setval(hw, id, true);
+    IF hi_pos > ((((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095)) THEN
+        done := setval(seq, id, true);
+    END IF;
+    -- An xid makes the commit wait for its WAL flush: the lease is durable
+    -- before the proxy hands out any of it.
+    PERFORM pg_current_xact_id();
+END
+$fn$;
+
+-- convert_column_to_int8 changes a column to int8 when it is not, and the
+-- columns of foreign keys that reference it; returns how many it altered.
+CREATE OR REPLACE FUNCTION snowflake.convert_column_to_int8(p_rel regclass, p_attnum smallint) RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog
+AS $fn$
+DECLARE
+    a record;
+    fk record;
+    cmd text;
+    n integer := 0;
+BEGIN
+    SELECT quote_ident(ns.nspname) AS nsp, quote_ident(c.relname) AS rel,
+           quote_ident(att.attname) AS col, att.atttypid
+    INTO a
+    FROM pg_attribute att
+    JOIN pg_class c ON c.oid = att.attrelid
+    JOIN pg_namespace ns ON ns.oid = c.relnamespace
+    WHERE att.attrelid = p_rel AND att.attnum = p_attnum AND NOT att.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column number % of relation "%" does not exist', p_attnum, p_rel
+            USING ERRCODE = 'undefined_column';
+    END IF;
+    IF a.atttypid <> 'int8'::regtype THEN
+        cmd := 'ALTER TABLE ' || a.nsp || '.' || a.rel || ' ALTER COLUMN ' || a.col || ' SET DATA TYPE int8';
+        RAISE NOTICE 'EXECUTE %', cmd;
+        EXECUTE cmd;
+        n := 1;
+    END IF;
+
+    -- Columns that reference this one through a foreign key.
+    FOR fk IN
+        SELECT con.conrelid, con.conkey[k.i] AS attnum
+        FROM pg_constraint con,
+             generate_subscripts(con.confkey, 1) AS k(i)
+        WHERE con.contype = 'f' AND con.confrelid = p_rel
+          AND con.confkey[k.i] = p_attnum
+        ORDER BY con.conname, k.i
+    LOOP
+        n := n + snowflake.convert_column_to_int8(fk.conrelid::regclass, fk.attnum::smallint);
+    END LOOP;
+    RETURN n;
+END
+$fn$;
+
+-- convert_sequence_to_snowflake turns a sequence and the column(s) fed by it
+-- into snowflake use (PGEDGE_API.md section 5).
+CREATE OR REPLACE FUNCTION snowflake.convert_sequence_to_snowflake(p_seqid regclass) RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog
+AS $fn$
+DECLARE
+    s record;
+    d record;
+    col record;
+    plain_name text;
+    full_name text;
+    def text;
+    cmd text;
+    n integer := 0;
+BEGIN
+    SELECT c.relname, n.nspname, quote_ident(c.relname) AS qrel, quote_ident(n.nspname) AS qnsp
+    INTO s
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = p_seqid AND c.relkind = 'S';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'Input value "%" is not a valid convertable sequence', p_seqid;
+    END IF;
+    plain_name := s.qrel;
+    full_name := s.qnsp || '.' || s.qrel;
+
+    -- The column that owns the sequence (serial: 'a', identity: 'i').
+    SELECT dep.refobjid AS relid, dep.refobjsubid AS attnum, dep.deptype
+    INTO d
+    FROM pg_depend dep
+    WHERE dep.classid = 'pg_class'::regclass AND dep.objid = p_seqid
+      AND dep.refclassid = 'pg_class'::regclass AND dep.refobjsubid > 0
+      AND dep.deptype IN ('a', 'i')
+    ORDER BY dep.deptype
+    LIMIT 1;
+
+    IF FOUND THEN
+        SELECT quote_ident(ns.nspname) AS qnsp, quote_ident(c.relname) AS qrel, c.relname,
+               att.attname, quote_ident(att.attname) AS qcol, att.attidentity
+        INTO col
+        FROM pg_attribute att
+        JOIN pg_class c ON c.oid = att.attrelid
+        JOIN pg_namespace ns ON ns.oid = c.relnamespace
+        WHERE att.attrelid = d.relid AND att.attnum = d.attnum;
+
+        IF col.attidentity IN ('a', 'd') THEN
+            UPDATE pg_attribute SET attidentity = ''
+            WHERE attrelid = d.relid AND attnum = d.attnum;
+            RAISE NOTICE 'Update pg_attribute: reset attidentity value for table %, column %',
+                d.relid::regclass, col.attname;
+        ELSE
+            SELECT pg_get_expr(ad.adbin, ad.adrelid, true) INTO def
+            FROM pg_attrdef ad WHERE ad.adrelid = d.relid AND ad.adnum = d.attnum;
+            IF def IS DISTINCT FROM 'nextval(' || quote_literal(plain_name) || '::regclass)'
+               AND def IS DISTINCT FROM 'nextval(' || quote_literal(full_name) || '::regclass)' THEN
+                RAISE EXCEPTION 'definition of DEFAULT value for column "%" of relation "%" does not correspond serial or bigserial type: "%"',
+                    col.attname, col.relname, coalesce(def, '<NULL>');
+            END IF;
+        END IF;
+
+        n := snowflake.convert_column_to_int8(d.relid::regclass, d.attnum::smallint);
+        cmd := 'ALTER TABLE ' || col.qnsp || '.' || col.qrel || ' ALTER COLUMN ' || col.qcol
+            || ' SET DEFAULT snowflake.nextval(' || quote_literal(full_name) || '::regclass)';
+        RAISE NOTICE 'EXECUTE %', cmd;
+        EXECUTE cmd;
+    ELSE
+        -- A plain sequence: convert every column whose default is exactly
+        -- nextval('<seq>'::regclass).
+        FOR col IN
+            SELECT ad.adrelid, ad.adnum, quote_ident(ns.nspname) AS qnsp,
+                   quote_ident(c.relname) AS qrel, quote_ident(att.attname) AS qcol
+            FROM pg_attrdef ad
+            JOIN pg_class c ON c.oid = ad.adrelid
+            JOIN pg_namespace ns ON ns.oid = c.relnamespace
+            JOIN pg_attribute att ON att.attrelid = ad.adrelid AND att.attnum = ad.adnum
+            WHERE pg_get_expr(ad.adbin, ad.adrelid, true) IN (
+                      'nextval(' || quote_literal(plain_name) || '::regclass)',
+                      'nextval(' || quote_literal(full_name) || '::regclass)')
+            ORDER BY ns.nspname, c.relname, ad.adnum
+        LOOP
+            n := n + snowflake.convert_column_to_int8(col.adrelid::regclass, col.adnum::smallint);
+            cmd := 'ALTER TABLE ' || col.qnsp || '.' || col.qrel || ' ALTER COLUMN ' || col.qcol
+                || ' SET DEFAULT snowflake.nextval(' || quote_literal(full_name) || '::regclass)';
+            RAISE NOTICE 'EXECUTE %', cmd;
+            EXECUTE cmd;
+            n := n + 1;
+        END LOOP;
+    END IF;
+
+    cmd := 'ALTER SEQUENCE ' || full_name || ' AS bigint NO CYCLE MAXVALUE 9223372036854775807';
+    RAISE NOTICE '%', cmd;
+    EXECUTE cmd;
+
+    PERFORM snowflake.nextval(p_seqid);
+    RETURN n;
+END
+$fn$;
+
+-- Privileges: the API is usable by PUBLIC; _issue and _lease check for
+-- themselves.
+GRANT USAGE ON SCHEMA snowflake TO PUBLIC;
+GRANT USAGE, SELECT, UPDATE ON SEQUENCE snowflake.id_seq TO PUBLIC;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA snowflake TO PUBLIC;

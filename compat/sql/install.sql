@@ -1,0 +1,59 @@
+-- snowflake-proxy shim: CREATE EXTENSION snowflake, as one DO statement run
+-- in the client's own session and transaction (so it is as transactional
+-- as the real CREATE EXTENSION). compat fills the placeholders in double
+-- braces: IF_NOT_EXISTS and CASCADE are true/false, VERSION and SCHEMA are
+-- SQL literals or NULL, FUNCTIONS is functions.sql, EVENT_TRIGGERS is
+-- events.sql.
+DO $sfshim$
+DECLARE
+    v_version text := {{VERSION}};
+    v_schema text := {{SCHEMA}};
+    v_created boolean := false;
+    v_super boolean;
+BEGIN
+    -- Checks in PostgreSQL's order: exists, version, schema.
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'snowflake')
+       OR pg_catalog.to_regprocedure('snowflake._shim_version()') IS NOT NULL THEN
+        IF {{IF_NOT_EXISTS}} THEN
+            RAISE NOTICE 'extension "snowflake" already exists, skipping';
+            RETURN;
+        END IF;
+        RAISE EXCEPTION 'extension "snowflake" already exists' USING ERRCODE = 'duplicate_object';
+    END IF;
+    IF v_version IS NOT NULL AND v_version <> '{{SHIM_VERSION}}' THEN
+        RAISE EXCEPTION 'extension "snowflake" has no installation script nor update path for version "%"', v_version
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_schema IS NOT NULL AND v_schema <> 'snowflake' AND NOT {{CASCADE}} THEN
+        RAISE EXCEPTION 'extension "snowflake" must be installed in schema "snowflake"'
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+
+    IF pg_catalog.to_regnamespace('snowflake') IS NULL THEN
+        CREATE SCHEMA snowflake;
+        v_created := true;
+    END IF;
+    -- The mark DROP EXTENSION looks for: a schema that the shim created is
+    -- dropped with it, a schema that existed before keeps everything else.
+    EXECUTE pg_catalog.format('COMMENT ON SCHEMA snowflake IS %L',
+        CASE WHEN v_created THEN 'snowflake-proxy shim {{SHIM_VERSION}}: pgEdge snowflake API in SQL'
+             ELSE pg_catalog.obj_description(pg_catalog.to_regnamespace('snowflake'), 'pg_namespace') END);
+    IF pg_catalog.to_regclass('snowflake.id_seq') IS NULL THEN
+        CREATE SEQUENCE snowflake.id_seq;
+    END IF;
+
+{{FUNCTIONS}}
+
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION snowflake._shim_owns_schema() RETURNS boolean LANGUAGE sql IMMUTABLE AS %L',
+        'SELECT ' || v_created::text);
+
+    -- Catalog-change notifications for the proxy's caches need an event
+    -- trigger, which only a superuser may create; without one the proxy
+    -- falls back to its documented cache expiry.
+    SELECT rolsuper INTO v_super FROM pg_catalog.pg_roles WHERE rolname = current_user;
+    IF v_super THEN
+{{EVENT_TRIGGERS}}
+    END IF;
+END
+$sfshim$
