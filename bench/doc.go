@@ -1,0 +1,28 @@
+// Command bench measures snowflake-proxy side by side with direct PostgreSQL
+// and PgBouncer, in one run on this machine:
+//
+//	go run ./bench                          # full run: 10s per measurement, 3 rounds
+//	go run ./bench -duration 2s -rounds 1   # quick smoke run
+//	go run ./bench -only select1,nextval -clients 8 -skip-pgbouncer
+//
+// What it does, in order (file owning each step in parentheses):
+//
+//  1. Starts a private PostgreSQL with fixed tuning (postgres.go), builds the
+//     proxy from the tree and runs it as a separate process with a
+//     Unix-socket upstream (proxy.go), and runs PgBouncer in session mode on
+//     the same socket (pgbouncer.go; installed with apt-get when missing,
+//     skipped with a notice when it cannot be had).
+//  2. Sets up the database through the proxy: CREATE EXTENSION snowflake,
+//     t_sf, t_serial, sequence s, pgbench -i -s 1 (setup.go).
+//  3. Runs pgbench for every workload x protocol mode x client count, the
+//     targets interleaved and repeated for -rounds rounds (workloads.go,
+//     pgbench.go).
+//  4. Prints one table of median TPS and mean latency per target with the
+//     proxy's ratios, and writes it as Markdown and CSV under bench/results/
+//     (report.go, machine.go).
+//
+// Every process it starts is stopped on exit, on error and on Ctrl-C
+// (procs.go). All traffic stays on 127.0.0.1 and Unix sockets. A target that
+// fails (for example a proxy that does not build yet) shows its error in the
+// table's cell; the other columns are still measured.
+package main

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
+)
+
+// checkpointTimeout bounds the CHECKPOINT issued before each measurement.
+const checkpointTimeout = time.Minute
+
+// harness owns everything one benchmark run starts.
+type harness struct {
+	cfg  *config
+	root string // module root
+	dir  string // temporary directory
+	res  *results
+	mach machine
+
+	srv    *pgserver.Server
+	admin  *pgx.Conn // direct connection for CHECKPOINT between runs
+	proxy  *proxyTarget
+	pgb    *proc
+	pbPort int
+	pbNote string // why PgBouncer is not measured, if it is not
+	notes  []string
+}
+
+// run starts the stack, sets up, measures and reports.
+func (h *harness) run(ctx context.Context) error {
+	if _, err := exec.LookPath("pgbench"); err != nil {
+		return fmt.Errorf("pgbench not found in PATH (install postgresql-client): %w", err)
+	}
+	wls, err := selectWorkloads(h.cfg.only)
+	if err != nil {
+		return err
+	}
+	h.mach = probeMachine(h.root)
+
+	// The proxy builds while the server starts.
+	type built struct {
+		bin string
+		err error
+	}
+	buildDone := make(chan built, 1)
+	go func() {
+		bin, err := buildProxy(ctx, h.root, h.dir)
+		buildDone <- built{bin, err}
+	}()
+
+	fmt.Println("bench: starting PostgreSQL")
+	if h.srv, err = startPostgres(ctx, h.dir); err != nil {
+		<-buildDone
+		return fmt.Errorf("start PostgreSQL: %w", err)
+	}
+	if h.admin, err = connect(ctx, h.srv.Port()); err != nil {
+		<-buildDone
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	if h.mach.Postgres, h.mach.Settings, err = serverFacts(ctx, h.admin); err != nil {
+		<-buildDone
+		return err
+	}
+	upstream := fmt.Sprintf("%s:%d", h.srv.SocketDir(), h.srv.Port())
+
+	h.startPgBouncer(ctx)
+
+	fmt.Println("bench: building the proxy (go build ./cmd/snowflake-proxy)")
+	b := <-buildDone
+	h.proxy = &proxyTarget{bin: b.bin, upstream: upstream, dir: h.dir, err: b.err}
+	if b.err == nil {
+		if err := h.proxy.start(ctx); err != nil {
+			h.proxy.err = fmt.Errorf("proxy start: %w", err)
+		}
+	}
+	if h.proxy.err != nil {
+		fmt.Printf("bench: PROXY UNAVAILABLE: %v\n", h.proxy.err)
+	} else {
+		fmt.Printf("bench: proxy on 127.0.0.1:%d, upstream %s\n", h.proxy.port, upstream)
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+
+	fmt.Println("bench: setting up the database (through the proxy where possible)")
+	proxyPort := 0
+	if h.proxy.err == nil {
+		proxyPort = h.proxy.port
+	}
+	for _, n := range setupDatabase(ctx, proxyPort, h.srv.Port()) {
+		fmt.Println("bench: " + n)
+		h.notes = append(h.notes, n)
+	}
+
+	runErr := h.measure(ctx, wls)
+	h.writeReport(wls, runErr)
+	return runErr
+}
+
+// startPgBouncer starts PgBouncer or records why it is not measured.
+func (h *harness) startPgBouncer(ctx context.Context) {
+	if h.cfg.skipPgBouncer {
+		h.pbNote = "PgBouncer skipped (-skip-pgbouncer)"
+		return
+	}
+	bin, err := findPgBouncer(ctx)
+	if err == nil {
+		h.pgb, h.pbPort, err = startPgBouncer(ctx, bin, h.dir, h.srv.SocketDir(), h.srv.Port())
+	}
+	if err != nil {
+		h.pbNote = fmt.Sprintf("PgBouncer unavailable, its column is left out: %v", err)
+		fmt.Println("bench: " + h.pbNote)
+		return
+	}
+	h.mach.PgBouncer = pgbouncerVersion(bin) + ", pool_mode=session, default_pool_size=20, auth_type=trust, upstream Unix socket"
+	fmt.Printf("bench: pgbouncer on 127.0.0.1:%d\n", h.pbPort)
+}
+
+// measure runs every workload x mode x clients row; within a row the
+// targets are interleaved, their order rotated every round.
+func (h *harness) measure(ctx context.Context, wls []workload) error {
+	total := 0
+	for _, w := range wls {
+		total += len(h.variants(w)) * len(h.cfg.modes) * len(h.cfg.clients) * h.cfg.rounds
+	}
+	est := time.Duration(total) * (h.cfg.duration + time.Second)
+	fmt.Printf("bench: %d measurements of %s each, about %s\n", total, h.cfg.duration, est.Round(time.Minute))
+	scripts := map[string]string{}
+	done := 0
+	for _, w := range wls {
+		vs := h.variants(w)
+		for _, v := range vs {
+			p, err := scriptPath(h.dir, w, v)
+			if err != nil {
+				return err
+			}
+			scripts[w.Name+"/"+columnNames[v.Col]] = p
+		}
+		for _, mode := range h.cfg.modes {
+			for _, clients := range h.cfg.clients {
+				key := groupKey{w.Name, mode, clients}
+				for round := 0; round < h.cfg.rounds; round++ {
+					for i := range vs {
+						if ctx.Err() != nil {
+							return context.Cause(ctx)
+						}
+						v := vs[(i+round)%len(vs)]
+						done++
+						m := h.measureOne(ctx, w, v, scripts[w.Name+"/"+columnNames[v.Col]], mode, clients)
+						if ctx.Err() != nil {
+							return context.Cause(ctx)
+						}
+						h.res.add(key, v.Col, round, m)
+						status := fmt.Sprintf("%8.0f tps %7.3f ms", m.TPS, m.LatMs)
+						if m.Err != nil {
+							status = "ERROR " + truncate(oneLine(m.Err.Error()), 100)
+						}
+						fmt.Printf("[%3d/%d] %-11s %-8s c=%d round %d %-11s %s\n", done, total, w.Name, mode, clients, round+1, columnNames[v.Col], status)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// variants of w that can run: PgBouncer's only when it is up.
+func (h *harness) variants(w workload) []variant {
+	var out []variant
+	for _, v := range w.Variants {
+		if v.Route == viaPgBouncer && h.pgb == nil {
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func (h *harness) measureOne(ctx context.Context, w workload, v variant, script, mode string, clients int) measurement {
+	var port int
+	switch v.Route {
+	case viaDirect:
+		port = h.srv.Port()
+	case viaPgBouncer:
+		if dead, why := h.pgb.exited(); dead {
+			return measurement{Err: fmt.Errorf("pgbouncer exited (%v): %s", why, tailFile(h.pgb.log, 3))}
+		}
+		port = h.pbPort
+	case viaProxy:
+		if err := h.proxy.ensure(ctx); err != nil {
+			return measurement{Err: err}
+		}
+		port = h.proxy.port
+	}
+	h.checkpoint(ctx)
+	return runPgbench(ctx, pgbenchRun{Port: port, Script: script, Builtin: w.Builtin, Mode: mode, Clients: clients, Duration: h.cfg.duration})
+}
+
+// checkpoint flushes dirty buffers so a checkpoint does not land inside the
+// next measurement. Failures are reported once and otherwise ignored.
+func (h *harness) checkpoint(ctx context.Context) {
+	if h.admin == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
+	defer cancel()
+	if _, err := h.admin.Exec(ctx, "CHECKPOINT"); err != nil && ctx.Err() == nil {
+		fmt.Printf("bench: CHECKPOINT failed (%v); continuing without\n", err)
+		h.admin.Close(context.Background())
+		h.admin = nil
+	}
+}
+
+// writeReport prints the table and writes it under outDir.
+func (h *harness) writeReport(wls []workload, runErr error) {
+	if len(h.res.order) == 0 {
+		return
+	}
+	rep := newReport(h.res, wls, h.pgb != nil)
+	var md mdBuffer
+	md.printf("# snowflake-proxy benchmark\n\n")
+	if runErr != nil {
+		md.printf("**Incomplete run: %v.**\n\n", runErr)
+	}
+	h.mach.write(&md)
+	md.printf("- pgbench: -n, -T %d, -j min(clients,2), %d round(s) per target interleaved, medians; clients connect over TCP 127.0.0.1; proxy (--node 1) and PgBouncer reach the server over its Unix socket\n",
+		int(h.cfg.duration/time.Second), h.cfg.rounds)
+	md.printf("- command: go run ./bench %s\n\n", h.cfg.argsString())
+	rep.writeMarkdown(&md)
+	md.printf("\nColumns per workload (cells are median TPS / mean latency in ms; ratios are of TPS; \"added lat proxy/pgb\" = (proxy - direct latency) / (pgbouncer - direct latency)):\n\n")
+	for _, w := range wls {
+		for _, v := range h.variants(w) {
+			md.printf("- %s, %s: %s\n", w.Title, columnNames[v.Col], v.Desc)
+		}
+	}
+	if h.pbNote != "" || len(h.notes) > 0 {
+		md.printf("\nNotes:\n\n")
+		if h.pbNote != "" {
+			md.printf("- %s\n", h.pbNote)
+		}
+		for _, n := range h.notes {
+			md.printf("- %s\n", n)
+		}
+	}
+	fmt.Println()
+	fmt.Print(md.String())
+
+	if err := os.MkdirAll(h.cfg.outDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: results:", err)
+		return
+	}
+	base := filepath.Join(h.cfg.outDir, "bench-"+time.Now().Format("20060102-150405"))
+	err := errors.Join(
+		os.WriteFile(base+".md", []byte(md.String()), 0o644),
+		writeFileWith(base+".csv", rep.writeCSV),
+		writeFileWith(base+"-runs.csv", rep.writeRunsCSV),
+	)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: results:", err)
+		return
+	}
+	fmt.Printf("\nbench: wrote %s.md, %s.csv and %s-runs.csv\n", base, base, base)
+}
+
+// stopAll stops everything started, in reverse order. Safe on a partially
+// started harness.
+func (h *harness) stopAll() {
+	if h.admin != nil {
+		h.admin.Close(context.Background())
+	}
+	h.proxy.stop()
+	h.pgb.stop()
+	if h.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := h.srv.Stop(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: stop PostgreSQL:", err)
+		}
+	}
+}
