@@ -28,7 +28,11 @@ func TestCreateExtension(t *testing.T) {
 	wantNotices(t, c)
 	wantErr(t, pgErr(t, c, create(nil)), "42710", `extension "snowflake" already exists`)
 	mustExec(t, c, create(&plan.ExtensionOptions{IfNotExists: true, Version: "9.9"}))
-	wantNotices(t, c, `extension "snowflake" already exists, skipping`)
+	// Regression (equivalence suite, lifecycle.sql): the notice carried
+	// SQLSTATE 00000; PostgreSQL's carries 42710.
+	if n := wantNotices(t, c, `extension "snowflake" already exists, skipping`); n[0].Code != "42710" {
+		t.Fatalf("notice SQLSTATE %s, want 42710", n[0].Code)
+	}
 
 	var comment string
 	if err := c.QueryRow(ctxT(t), "SELECT obj_description('snowflake'::regnamespace, 'pg_namespace')").Scan(&comment); err != nil {
@@ -65,7 +69,9 @@ func TestDropExtension(t *testing.T) {
 
 	wantErr(t, pgErr(t, c, drop(nil)), "42704", `extension "snowflake" does not exist`)
 	mustExec(t, c, drop(&plan.ExtensionOptions{IfExists: true}))
-	wantNotices(t, c, `extension "snowflake" does not exist, skipping`)
+	if n := wantNotices(t, c, `extension "snowflake" does not exist, skipping`); n[0].Code != "42704" {
+		t.Fatalf("notice SQLSTATE %s, want 42704", n[0].Code)
+	}
 
 	// Plain install and drop: no notices at all.
 	install(t, c)

@@ -49,6 +49,43 @@ type LeaseStore struct {
 
 	mu     sync.Mutex
 	noShim map[string]time.Time // database -> retry after
+	// external counts, per database, the statements that may have set
+	// sequences from outside the snowflake paths (see HonorSequences);
+	// honored records, per key, the count its last lease took in.
+	external map[string]uint64
+	honored  map[generator.Key]uint64
+}
+
+// HonorSequences makes the next lease of every key of database start above
+// its sequence's own last_value too (not only above the key's high-water):
+// a setval, ALTER SEQUENCE or restore through some session moved it, and
+// the pgEdge rule continues from there. Pair it with generator.Fence so the
+// next ID waits for that lease.
+func (l *LeaseStore) HonorSequences(database string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.external == nil {
+		l.external = map[string]uint64{}
+		l.honored = map[generator.Key]uint64{}
+	}
+	l.external[database]++
+}
+
+// honor reports whether key's next lease must take in its sequence's
+// last_value, and the count to record once that lease succeeded.
+func (l *LeaseStore) honor(key generator.Key) (bool, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.external[key.Database]
+	return n != l.honored[key], n
+}
+
+func (l *LeaseStore) honoredUpTo(key generator.Key, n uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n > l.honored[key] {
+		l.honored[key] = n
+	}
 }
 
 // NewLeaseStore returns a LeaseStore that uses pool to reach each database.
@@ -61,7 +98,7 @@ type poolFunc func(database string) (*pgxpool.Pool, error)
 
 func (f poolFunc) pool(database string) (*pgxpool.Pool, error) { return f(database) }
 
-const leaseQuery = `SELECT lo_pos, hi_pos FROM snowflake._lease($1::pg_catalog.oid::pg_catalog.regclass, $2::pg_catalog.int4, $3::pg_catalog.int8)`
+const leaseQuery = `SELECT lo_pos, hi_pos FROM snowflake._lease($1::pg_catalog.oid::pg_catalog.regclass, $2::pg_catalog.int4, $3::pg_catalog.int8, $4::pg_catalog.bool)`
 
 // Lease implements generator.LeaseStore. prevHi is not needed: the
 // per-(sequence, node) high-water sequence in the server is the truth.
@@ -79,13 +116,17 @@ func (l *LeaseStore) Lease(ctx context.Context, key generator.Key, prevHi, wantH
 	}
 	deadline := time.Now().Add(wait)
 	pause := time.Millisecond
+	honor, external := l.honor(key)
 	for {
 		var lo, hi *int64
-		err = p.QueryRow(ctx, leaseQuery, key.Seq, int32(key.Node), wantHi).Scan(&lo, &hi)
+		err = p.QueryRow(ctx, leaseQuery, key.Seq, int32(key.Node), wantHi, honor).Scan(&lo, &hi)
 		if err != nil {
 			return generator.Lease{}, l.wrap(key, "lease", err)
 		}
 		if lo != nil && hi != nil {
+			if honor {
+				l.honoredUpTo(key, external)
+			}
 			return generator.Lease{Lo: *lo, Hi: *hi}, nil
 		}
 		// The key's high-water sequence is new and some transaction older

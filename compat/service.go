@@ -73,7 +73,9 @@ type Service struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // claim heartbeats
+	wg     sync.WaitGroup // claim heartbeats, catalog watches
+
+	watches sync.Map // database -> *catalogWatch (catalog_epoch.go)
 }
 
 // New validates cfg and returns a Service. It opens no connection: pools
@@ -150,6 +152,18 @@ func (s *Service) Nextval(ctx context.Context, database string, seq uint32, node
 		return 0, fmt.Errorf("compat: nextval %s/%d node %d: %w", database, seq, node, err)
 	}
 	return id, nil
+}
+
+// Fence implements wire.Snowflakes: the next fast-path ID of every
+// sequence of database (of seq only, when not 0) comes from a fresh lease
+// that starts above what other paths issued meanwhile. With external set,
+// that lease also starts above the sequence's own last_value (a setval or
+// ALTER SEQUENCE moved it).
+func (s *Service) Fence(database string, seq uint32, external bool) {
+	if external {
+		s.store.HonorSequences(database)
+	}
+	s.gen.Fence(database, seq)
 }
 
 // ExtensionSQL implements wire.Snowflakes; see the package-level function.

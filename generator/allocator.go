@@ -29,6 +29,12 @@ type allocator struct {
 	renewing atomic.Bool  // a renewal is in flight: spares the hot path a.mu
 	retryAt  atomic.Int64 // ms; no background renewal before this after a failure
 
+	// fenceWant counts Fence calls; fenceDone is the fenceWant value seen
+	// at the start of the latest successful renewal. While they differ the
+	// allocator issues nothing from its current lease (see Generator.Fence).
+	fenceWant atomic.Uint64
+	fenceDone atomic.Uint64
+
 	mu     sync.Mutex
 	flight *renewal // the renewal in flight, shared by everyone waiting
 }
@@ -45,6 +51,11 @@ type renewal struct {
 func (a *allocator) next(ctx context.Context) (int64, error) {
 	// One clock read per call (it is most of the cost, see SystemClock); a CAS
 	// retry reuses it, which the rule allows: it only ever moves forward.
+	if want := a.fenceWant.Load(); want != a.fenceDone.Load() {
+		if err := a.awaitFence(ctx, want); err != nil {
+			return 0, err
+		}
+	}
 	now := a.g.clock.NowMs()
 	for {
 		hi := a.hi.Load()
@@ -64,6 +75,19 @@ func (a *allocator) next(ctx context.Context) (int64, error) {
 		}
 		now = a.g.clock.NowMs()
 	}
+}
+
+// awaitFence waits for a renewal that started after fence number want was
+// requested, so that its lease reflects everything issued before the fence.
+// A renewal already in flight may have asked the store too early: then
+// another one is started.
+func (a *allocator) awaitFence(ctx context.Context, want uint64) error {
+	for a.fenceDone.Load() < want {
+		if err := a.await(ctx, 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // renewSoon starts a background renewal unless one failed very recently.
@@ -110,7 +134,16 @@ func (a *allocator) start(need int64) (*renewal, error) {
 // renew runs one renewal on its own goroutine and publishes the outcome.
 func (a *allocator) renew(r *renewal) {
 	defer a.g.wg.Done()
+	fence := a.fenceWant.Load()
 	err := a.lease(a.g.ctx, r.need)
+	if err == nil {
+		for {
+			done := a.fenceDone.Load()
+			if done >= fence || a.fenceDone.CompareAndSwap(done, fence) {
+				break
+			}
+		}
+	}
 	if err != nil {
 		a.retryAt.Store(a.g.clock.NowMs() + a.g.retryMs)
 		a.g.logger.Warn("lease renewal failed", "database", a.key.Database,

@@ -127,6 +127,21 @@ func (g *Generator) Next(ctx context.Context, key Key) (int64, error) {
 	return IDAt(pos, key.Node), nil
 }
 
+// Fence makes the next Next of every Key of database (of sequence seq only,
+// when seq is not 0) wait for a lease renewal that starts after this call.
+// The store's high-water then reflects every position issued before the
+// fence by other issuers (the SQL shim, an explicit setval), and the
+// allocator continues above them: a session that had IDs issued by the shim
+// gets larger IDs from the fast path afterwards, as the pgEdge rule gives.
+// It never blocks; Keys without an allocator yet need nothing.
+func (g *Generator) Fence(database string, seq uint32) {
+	for _, a := range g.allocs.Load().all {
+		if a.key.Database == database && (seq == 0 || a.key.Seq == seq) {
+			a.fenceWant.Add(1)
+		}
+	}
+}
+
 // allocator returns key's allocator, creating it (slow path).
 func (g *Generator) allocator(key Key) (*allocator, error) {
 	if key.Node < 1 || key.Node > MaxNode {

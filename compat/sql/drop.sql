@@ -15,7 +15,7 @@ BEGIN
     END IF;
     IF pg_catalog.to_regprocedure('snowflake._shim_version()') IS NULL THEN
         IF {{IF_EXISTS}} THEN
-            RAISE NOTICE 'extension "snowflake" does not exist, skipping';
+            RAISE NOTICE 'extension "snowflake" does not exist, skipping' USING ERRCODE = 'undefined_object';
             RETURN;
         END IF;
         RAISE EXCEPTION 'extension "snowflake" does not exist' USING ERRCODE = 'undefined_object';

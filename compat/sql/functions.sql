@@ -238,7 +238,18 @@ $fn$;
 -- or a renamed sequence, makes H stale: it is dropped and made again), and
 -- while pending has a second line "pending" or "pending <epoch>", the time
 -- from which every other transaction must have started for H to be seen.
+-- honor_seq: also start above the sequence's own last_value. The proxy asks
+-- for it once after a statement that may have set the sequence from outside
+-- the snowflake paths (setval, ALTER SEQUENCE, a restore), so that later
+-- IDs continue above it as the pgEdge rule would. Not by default: the
+-- sequence also holds other nodes' lease tops, which must not push this
+-- node ahead of the clock.
+-- The three-argument form predates honor_seq (no notice when absent).
+IF to_regprocedure('snowflake._lease(regclass, integer, bigint)') IS NOT NULL THEN
+    DROP FUNCTION snowflake._lease(regclass, integer, bigint);
+END IF;
 CREATE OR REPLACE FUNCTION snowflake._lease(seq regclass, node integer, want_hi_pos bigint,
+                                            honor_seq boolean,
                                             OUT lo_pos bigint, OUT hi_pos bigint)
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -328,6 +339,9 @@ BEGIN
 
     h_last := coalesce(pg_sequence_last_value(hw), 0);
     lo_pos := (((h_last >> 22) & 2199023255551) << 12) | (h_last & 4095);
+    IF honor_seq THEN
+        lo_pos := greatest(lo_pos, (((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095));
+    END IF;
     hi_pos := greatest(want_hi_pos, lo_pos + 1);
     id := ((hi_pos >> 12) << 22) | (node::bigint << 12) | (hi_pos & 4095);
     done := setval(hw, id, true);

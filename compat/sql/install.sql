@@ -15,7 +15,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'snowflake')
        OR pg_catalog.to_regprocedure('snowflake._shim_version()') IS NOT NULL THEN
         IF {{IF_NOT_EXISTS}} THEN
-            RAISE NOTICE 'extension "snowflake" already exists, skipping';
+            RAISE NOTICE 'extension "snowflake" already exists, skipping' USING ERRCODE = 'duplicate_object';
             RETURN;
         END IF;
         RAISE EXCEPTION 'extension "snowflake" already exists' USING ERRCODE = 'duplicate_object';
