@@ -15,7 +15,7 @@ BEGIN
     END IF;
     IF pg_catalog.to_regprocedure('snowflake._shim_version()') IS NULL THEN
         IF {{IF_EXISTS}} THEN
-            RAISE NOTICE 'extension "snowflake" does not exist, skipping' USING ERRCODE = 'undefined_object';
+            RAISE NOTICE 'extension "snowflake" does not exist, skipping'; -- SQLSTATE 00000, as PostgreSQL's DROP ... IF EXISTS
             RETURN;
         END IF;
         RAISE EXCEPTION 'extension "snowflake" does not exist' USING ERRCODE = 'undefined_object';

@@ -1,0 +1,223 @@
+package compat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Catalog epochs: how sessions learn about DDL made elsewhere.
+//
+// Sessions cache, per database, which columns default to snowflake.nextval
+// (wire/defaults.go). DDL through the proxy invalidates a session's own
+// cache; DDL from another session, another proxy or a direct connection is
+// reported by the shim's event triggers (sql/events.sql: ddl_command_end and
+// sql_drop run pg_notify(NotifyChannel)). One control connection per
+// database LISTENs on that channel; every notification moves the
+// database's epoch, and a session whose cache was built at another epoch
+// drops it.
+//
+// The epoch is 0, "changes cannot be seen", whenever the watch is not both
+// listening and sure that both event triggers exist and are enabled: before
+// the first check, while the control connection is down (notifications sent
+// meanwhile are lost, so a new epoch is issued once it is back), and in a
+// database whose shim was installed by a non-superuser (PostgreSQL lets only
+// superusers create event triggers). Sessions then leave column defaults to
+// the server's shim: slower, always correct. No expiry time would be
+// correct instead: a default changed elsewhere would be filled with
+// snowflakes until it ran out.
+//
+// Known window: a notification arrives shortly after the DDL commits; an
+// INSERT sent through the proxy within that window (microseconds to a few
+// milliseconds) may still be filled with the old default.
+
+// Timing of a watch.
+const (
+	// epochRecheck is how often an armed watch checks that the event
+	// triggers are still there (DROP EVENT TRIGGER and ALTER EVENT TRIGGER
+	// fire no event trigger themselves).
+	epochRecheck = 10 * time.Second
+	// epochIdleRecheck is how often an unarmed watch looks for the event
+	// triggers (the shim may be installed at any time); a session asking
+	// for the epoch of an unarmed database wakes it sooner.
+	epochIdleRecheck = 2 * time.Second
+	// epochRetry is the pause after a failed control connection.
+	epochRetry = time.Second
+	// epochQueryTimeout bounds the connection and each check.
+	epochQueryTimeout = 10 * time.Second
+)
+
+// eventTriggersSQL counts the shim's enabled event triggers.
+const eventTriggersSQL = `SELECT count(*) FROM pg_catalog.pg_event_trigger
+	WHERE evtname IN ('snowflake_ddl_notify', 'snowflake_ddl_drop') AND evtenabled IN ('O', 'A')`
+
+// catalogWatch is the LISTEN connection of one database.
+type catalogWatch struct {
+	s   *Service
+	db  string
+	cur atomic.Uint64 // the epoch sessions see; 0 when not armed
+	// last hands out epochs: every arming and every notification takes a
+	// new value, so an epoch is never seen twice.
+	last  atomic.Uint64
+	nudge chan struct{} // capacity 1: a session saw epoch 0
+}
+
+// CatalogEpoch implements wire.Snowflakes: the current catalog epoch of
+// database, 0 when DDL made elsewhere cannot be seen there (see above). The
+// first call for a database starts its watch and returns 0. It does not
+// block: one map lookup and one atomic load.
+func (s *Service) CatalogEpoch(database string) uint64 {
+	if v, ok := s.watches.Load(database); ok {
+		w := v.(*catalogWatch)
+		e := w.cur.Load()
+		if e == 0 {
+			select {
+			case w.nudge <- struct{}{}:
+			default:
+			}
+		}
+		return e
+	}
+	s.startWatch(database)
+	return 0
+}
+
+func (s *Service) startWatch(database string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return
+	}
+	w := &catalogWatch{s: s, db: database, nudge: make(chan struct{}, 1)}
+	if _, loaded := s.watches.LoadOrStore(database, w); loaded {
+		return
+	}
+	s.wg.Add(1)
+	go w.run()
+}
+
+// run is the watch's goroutine: connect, listen, and repeat after
+// failures until the Service closes.
+func (w *catalogWatch) run() {
+	defer w.s.wg.Done()
+	logged := false
+	for {
+		err := w.listen()
+		w.cur.Store(0)
+		if w.s.ctx.Err() != nil {
+			return
+		}
+		if !logged {
+			// Once per watch: a database the control role cannot reach
+			// would otherwise log every second.
+			w.s.log.Warn("catalog watch failed; column defaults go to the server until it is back",
+				"database", w.db, "err", err)
+			logged = true
+		}
+		select {
+		case <-w.s.ctx.Done():
+			return
+		case <-time.After(epochRetry):
+		}
+	}
+}
+
+// listen runs one control connection until it fails.
+func (w *catalogWatch) listen() error {
+	ctx := w.s.ctx
+	cctx, cancel := context.WithTimeout(ctx, epochQueryTimeout)
+	cfg := w.s.base.ConnConfig.Copy()
+	cfg.Database = w.db
+	cfg.RuntimeParams["application_name"] = "snowflake-proxy catalog watch"
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err == nil {
+		_, err = conn.Exec(cctx, "LISTEN "+NotifyChannel)
+	}
+	cancel()
+	if err != nil {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+		return fmt.Errorf("compat: catalog watch on %q: %w", w.db, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), epochQueryTimeout)
+		_ = conn.Close(cctx)
+		cancel()
+	}()
+	for {
+		armed, err := w.check(conn)
+		if err != nil {
+			return err
+		}
+		wait := epochIdleRecheck
+		if armed {
+			wait = epochRecheck
+			if w.cur.Load() == 0 {
+				// Whatever happened before this point was not seen.
+				w.cur.Store(w.last.Add(1))
+			}
+		} else {
+			w.cur.Store(0)
+		}
+		if err := w.wait(conn, wait, !armed); err != nil {
+			return err
+		}
+	}
+}
+
+// check reports whether both event triggers exist and are enabled.
+func (w *catalogWatch) check(conn *pgx.Conn) (bool, error) {
+	ctx, cancel := context.WithTimeout(w.s.ctx, epochQueryTimeout)
+	defer cancel()
+	var n int
+	if err := conn.QueryRow(ctx, eventTriggersSQL).Scan(&n); err != nil {
+		return false, fmt.Errorf("compat: catalog watch on %q: %w", w.db, err)
+	}
+	return n == 2, nil
+}
+
+// wait receives notifications for up to d, moving the epoch on each while
+// armed. An unarmed watch also returns early when a session nudges it. A
+// timeout is not an error; a broken connection is.
+func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) error {
+	ctx, cancel := context.WithTimeout(w.s.ctx, d)
+	defer cancel()
+	if wakeOnNudge {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-w.nudge:
+				cancel()
+			case <-stop:
+			}
+		}()
+	}
+	for {
+		// pgx buffers notifications that arrive during other queries (the
+		// trigger check): they are returned here first, none is lost.
+		_, err := conn.WaitForNotification(ctx)
+		if err == nil {
+			if w.cur.Load() != 0 {
+				w.cur.Store(w.last.Add(1))
+			}
+			continue
+		}
+		if w.s.ctx.Err() != nil {
+			return w.s.ctx.Err()
+		}
+		if ctx.Err() != nil && (pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			if conn.IsClosed() {
+				return fmt.Errorf("compat: catalog watch on %q: connection closed", w.db)
+			}
+			return nil
+		}
+		return fmt.Errorf("compat: catalog watch on %q: %w", w.db, err)
+	}
+}

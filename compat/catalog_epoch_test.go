@@ -1,0 +1,95 @@
+package compat
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// waitEpoch polls CatalogEpoch until ok accepts it.
+func waitEpoch(t *testing.T, s *Service, db string, what string, ok func(uint64) bool) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if e := s.CatalogEpoch(db); ok(e) {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("catalog epoch of %s: %s did not happen within 15s (now %d)", db, what, s.CatalogEpoch(db))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The epoch is 0 until the shim's event triggers exist, then moves on every
+// DDL made by any connection, and goes back to 0 when a trigger is dropped
+// (DROP EVENT TRIGGER fires no event trigger: the periodic check sees it).
+func TestCatalogEpochFollowsDDLMadeElsewhere(t *testing.T) {
+	url := newDB(t)
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := cfg.Database
+	s := newService(t, url, 0, nil)
+	if e := s.CatalogEpoch(db); e != 0 {
+		t.Fatalf("first CatalogEpoch = %d, want 0 (not armed yet)", e)
+	}
+	c := connect(t, url)
+	ctx := ctxT(t)
+	time.Sleep(100 * time.Millisecond)
+	if e := s.CatalogEpoch(db); e != 0 {
+		t.Fatalf("without the shim CatalogEpoch = %d, want 0", e)
+	}
+	if _, err := c.Exec(ctx, extSQL(t, plan.CreateExtension, nil)); err != nil {
+		t.Fatal(err)
+	}
+	e1 := waitEpoch(t, s, db, "arming after CREATE EXTENSION", func(e uint64) bool { return e != 0 })
+	if _, err := c.Exec(ctx, "CREATE TABLE t (id bigint DEFAULT snowflake.nextval())"); err != nil {
+		t.Fatal(err)
+	}
+	e2 := waitEpoch(t, s, db, "a move after CREATE TABLE", func(e uint64) bool { return e != e1 && e != 0 })
+	if _, err := c.Exec(ctx, "ALTER TABLE t ALTER COLUMN id SET DEFAULT 0"); err != nil {
+		t.Fatal(err)
+	}
+	e3 := waitEpoch(t, s, db, "a move after ALTER TABLE", func(e uint64) bool { return e != e2 && e != 0 })
+	if _, err := c.Exec(ctx, "DROP TABLE t"); err != nil {
+		t.Fatal(err)
+	}
+	waitEpoch(t, s, db, "a move after DROP TABLE", func(e uint64) bool { return e != e3 && e != 0 })
+	if testing.Short() {
+		return
+	}
+	if _, err := c.Exec(ctx, "DROP EVENT TRIGGER snowflake_ddl_notify"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitEpoch(t, s, db, "disarming after DROP EVENT TRIGGER", func(e uint64) bool { return e == 0 })
+	if d := time.Since(start); d > epochRecheck+5*time.Second {
+		t.Errorf("disarming took %s", d)
+	}
+}
+
+// A shim installed by a non-superuser has no event triggers: the epoch stays
+// 0 there (column defaults stay with the server).
+func TestCatalogEpochStaysZeroWithoutEventTriggers(t *testing.T) {
+	url := newDB(t)
+	cfg, _ := pgx.ParseConfig(url)
+	s := newService(t, url, 0, nil)
+	c := connect(t, url)
+	ctx := ctxT(t)
+	// The install without its superuser-only part, as a non-superuser gets it.
+	install := strings.Replace(extSQL(t, plan.CreateExtension, nil), "IF v_super THEN", "IF false THEN", 1)
+	if _, err := c.Exec(ctx, install); err != nil {
+		t.Fatal(err)
+	}
+	s.CatalogEpoch(cfg.Database)
+	time.Sleep(2 * epochIdleRecheck)
+	if e := s.CatalogEpoch(cfg.Database); e != 0 {
+		t.Errorf("CatalogEpoch = %d without event triggers, want 0", e)
+	}
+}
