@@ -354,6 +354,45 @@ BEGIN
 END
 $fn$;
 
+-- _set_config stands in for set_config('snowflake.node', v, is_local): the
+-- proxy routes such calls here (rewrite/touch.go) because on a stock server
+-- snowflake.node is a placeholder anyone may set, while the extension
+-- declares it superuser-only (PostgreSQL 15: or GRANT SET ON PARAMETER),
+-- integer 0..1023. Other names pass through to set_config unchanged.
+CREATE OR REPLACE FUNCTION snowflake._set_config(setting_name text, new_value text, is_local boolean) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    ok boolean;
+    v text := btrim(new_value);
+BEGIN
+    IF lower(btrim(setting_name)) = 'snowflake.node' THEN
+        SELECT rolsuper INTO ok FROM pg_roles WHERE rolname = current_user;
+        IF NOT coalesce(ok, false) AND current_setting('server_version_num')::int >= 150000 THEN
+            EXECUTE 'SELECT pg_catalog.has_parameter_privilege(''snowflake.node'', ''SET'')' INTO ok;
+        END IF;
+        IF NOT coalesce(ok, false) THEN
+            RAISE EXCEPTION 'permission denied to set parameter "snowflake.node"'
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF v IS NOT NULL THEN
+            IF v !~ '^[+-]?[0-9]+$' THEN
+                RAISE EXCEPTION 'invalid value for parameter "snowflake.node": "%"', new_value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            IF length(ltrim(v, '+-0')) > 9 OR v::bigint < 0 OR v::bigint > 1023 THEN
+                RAISE EXCEPTION '% is outside the valid range for parameter "snowflake.node" (0 .. 1023)', v
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            v := v::bigint::text;
+        END IF;
+        RETURN set_config('snowflake.node', v, is_local);
+    END IF;
+    RETURN set_config(setting_name, new_value, is_local);
+END
+$fn$;
+
 -- convert_column_to_int8 changes a column to int8 when it is not, and the
 -- columns of foreign keys that reference it; returns how many it altered.
 CREATE OR REPLACE FUNCTION snowflake.convert_column_to_int8(p_rel regclass, p_attnum smallint) RETURNS integer
