@@ -75,7 +75,7 @@ func (h *harness) run(ctx context.Context) error {
 
 	fmt.Println("bench: building the proxy (go build ./cmd/snowflake-proxy)")
 	b := <-buildDone
-	h.proxy = &proxyTarget{bin: b.bin, upstream: upstream, dir: h.dir, err: b.err}
+	h.proxy = &proxyTarget{bin: b.bin, upstream: upstream, dir: h.dir, extra: h.cfg.proxyArgs, err: b.err}
 	if b.err == nil {
 		if err := h.proxy.start(ctx); err != nil {
 			h.proxy.err = fmt.Errorf("proxy start: %w", err)

@@ -24,6 +24,7 @@ type config struct {
 	modes         []string
 	keep          bool
 	outDir        string
+	proxyArgs     []string // extra proxy flags (A/B runs of tuning flags)
 	args          []string // as given, for the report
 }
 
@@ -45,9 +46,11 @@ func parseFlags(args []string) (*config, error) {
 	modes := fs.String("modes", "simple,prepared", "comma-separated pgbench -M protocol modes")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (server data, logs, configs, scripts)")
 	fs.StringVar(&c.outDir, "out", "", "directory for the Markdown and CSV results (default: bench/results in the module)")
+	proxyArgs := fs.String("proxy-args", "", "extra snowflake-proxy flags, space-separated (e.g. \"--procs 2\")")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	c.proxyArgs = strings.Fields(*proxyArgs)
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -78,6 +81,9 @@ func parseFlags(args []string) (*config, error) {
 }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "idle" {
+		return runIdle(args[1:])
+	}
 	cfg, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -23,8 +23,9 @@ const (
 // proxyTarget is the snowflake-proxy process under test.
 type proxyTarget struct {
 	bin      string
-	upstream string // Unix-socket directory:port of the server
-	dir      string // logs
+	upstream string   // Unix-socket directory:port of the server
+	dir      string   // logs
+	extra    []string // extra flags (-proxy-args)
 	port     int
 	p        *proc
 	starts   int
@@ -59,8 +60,8 @@ func (t *proxyTarget) start(ctx context.Context) error {
 	t.port = port
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	logPath := filepath.Join(t.dir, fmt.Sprintf("proxy-%d.log", t.starts))
-	p, err := startProc("snowflake-proxy", logPath, nil, t.bin,
-		"--listen", listen, "--upstream", t.upstream, "--node", "1", "--log-level", "warn")
+	args := append([]string{"--listen", listen, "--upstream", t.upstream, "--node", "1", "--log-level", "warn"}, t.extra...)
+	p, err := startProc("snowflake-proxy", logPath, nil, t.bin, args...)
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,6 @@
 package rewrite
 
 import (
-	"sort"
-	"strings"
-
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
@@ -19,7 +16,11 @@ type analyzer struct {
 	// calls: an earlier statement of the string (or the statement itself,
 	// through set_config) may change what a generated value depends on.
 	noSlots bool
+	// issuing counts the calls of the current statement that issue IDs
+	// (snowflake.nextval, convert_sequence_to_snowflake).
+	issuing int
 	edits   []edit
+	inserts []plan.Insert // INSERT ... VALUES targets (insert.go)
 	p       plan.Plan
 	local   *plan.Local
 }
@@ -55,10 +56,19 @@ func analyze(sql string) (p *plan.Plan) {
 		// them (SET snowflake.node, CREATE SEQUENCE, BEGIN READ ONLY ...)
 		// keeps its calls: the shim evaluates them after the change.
 		before := a.p.Touches &^ plan.TouchPrepared
+		a.issuing = 0
 		own := a.scanParamsAndCalls(raw)
 		a.noSlots = before != 0 || own != 0
 		a.p.Touches |= own
+		slots := a.nextvalEdits()
 		a.p.Statements[i] = a.statement(raw, len(tree.Stmts) == 1)
+		// Calls that did not become slots issue in the server's shim when
+		// the statement runs: later statements of the string keep theirs
+		// too (their values would be generated before the shim's), and the
+		// session fences afterwards (plan.TouchShim).
+		if a.issuing > a.nextvalEdits()-slots {
+			a.p.Touches |= plan.TouchShim
+		}
 	}
 	return a.finish()
 }
@@ -72,11 +82,25 @@ func (a *analyzer) statement(raw *pg_query.RawStmt, only bool) plan.Statement {
 	a.p.Touches |= stmtTouches(raw.Stmt)
 	switch n := raw.Stmt.Node.(type) {
 	case *pg_query.Node_SelectStmt:
+		a.withInserts(n.SelectStmt.WithClause)
 		a.topSelect(n.SelectStmt, only)
 	case *pg_query.Node_InsertStmt:
+		a.withInserts(n.InsertStmt.WithClause)
 		if sel := n.InsertStmt.SelectStmt.GetSelectStmt(); sel != nil {
 			a.onceQuery(sel)
+			if len(sel.ValuesLists) == 0 {
+				// INSERT ... SELECT: column defaults, snowflake.nextval
+				// among them, run per row in the server's shim.
+				a.p.Touches |= plan.TouchShim
+			}
 		}
+		a.insert(n.InsertStmt)
+	case *pg_query.Node_UpdateStmt:
+		a.withInserts(n.UpdateStmt.WithClause)
+	case *pg_query.Node_DeleteStmt:
+		a.withInserts(n.DeleteStmt.WithClause)
+	case *pg_query.Node_MergeStmt:
+		a.withInserts(n.MergeStmt.WithClause)
 	case *pg_query.Node_VariableSetStmt:
 		st.Tag = a.setNode(raw, n.VariableSetStmt)
 	case *pg_query.Node_CreateExtensionStmt:
@@ -99,23 +123,45 @@ func (a *analyzer) statement(raw *pg_query.RawStmt, only bool) plan.Statement {
 	return st
 }
 
+// nextvalEdits counts the Nextval slots recorded so far.
+func (a *analyzer) nextvalEdits() int {
+	n := 0
+	for _, e := range a.edits {
+		if e.isSlot && e.slot.Op == plan.Nextval {
+			n++
+		}
+	}
+	return n
+}
+
 // addEdit records an edit.
 func (a *analyzer) addEdit(e edit) { a.edits = append(a.edits, e) }
 
 // finish assembles the template from the edits and returns the plan, or
 // plan.Passthrough when there is nothing to do.
 func (a *analyzer) finish() *plan.Plan {
-	if len(a.edits) == 0 && a.p.Touches == 0 && a.p.Deallocate == "" && !a.p.DeallocateAll && !hasTag(a.p.Statements) {
+	if len(a.edits) == 0 && len(a.inserts) == 0 && a.p.Touches == 0 && a.p.Deallocate == "" &&
+		!a.p.DeallocateAll && !hasTag(a.p.Statements) {
 		return plan.Passthrough
 	}
 	p := a.p
+	var base []plan.Edit
 	if len(a.edits) > 0 {
-		t, ok := a.template()
+		base = make([]plan.Edit, len(a.edits))
+		for i, e := range a.edits {
+			base[i] = plan.Edit{Start: e.start, End: e.end, Text: e.text, IsSlot: e.isSlot, Slot: e.slot}
+		}
+		// Build sorts base: Inserts.Base keeps that order, so that edits
+		// at one offset stay in the order they were made.
+		t, ok := plan.Build(a.sql, base)
 		if !ok {
 			return plan.Passthrough
 		}
 		p.Template = t
 		p.Local = a.local
+	}
+	if len(a.inserts) > 0 {
+		p.Inserts = &plan.Inserts{SQL: a.sql, Base: base, Targets: a.inserts}
 	}
 	return &p
 }
@@ -127,31 +173,4 @@ func hasTag(sts []plan.Statement) bool {
 		}
 	}
 	return false
-}
-
-// template builds the Template from the edits: the text between edits is
-// kept byte for byte. It fails (ok false) when edits overlap, which would
-// be a bug in the analysis: the text is then forwarded unchanged.
-func (a *analyzer) template() (*plan.Template, bool) {
-	sort.SliceStable(a.edits, func(i, j int) bool { return a.edits[i].start < a.edits[j].start })
-	t := &plan.Template{}
-	var part strings.Builder
-	pos := 0
-	for _, e := range a.edits {
-		if e.start < pos || e.end < e.start || e.end > len(a.sql) {
-			return nil, false
-		}
-		part.WriteString(a.sql[pos:e.start])
-		if e.isSlot {
-			t.Parts = append(t.Parts, part.String())
-			part.Reset()
-			t.Slots = append(t.Slots, e.slot)
-		} else {
-			part.WriteString(e.text)
-		}
-		pos = e.end
-	}
-	part.WriteString(a.sql[pos:])
-	t.Parts = append(t.Parts, part.String())
-	return t, true
 }

@@ -74,6 +74,18 @@ func sampleValues(t *plan.Template) []plan.Value {
 	return vals
 }
 
+// unfilled is sampleValues with no generated value: what a session renders
+// when the fast path cannot serve.
+func unfilled(t *plan.Template) []plan.Value {
+	vals := sampleValues(t)
+	for i := range vals {
+		if t.Slots[i].Op.IsID() {
+			vals[i] = plan.Value{}
+		}
+	}
+	return vals
+}
+
 func goldenText(p *plan.Plan) []byte {
 	var b bytes.Buffer
 	view := planView(p)
@@ -90,7 +102,32 @@ func goldenText(p *plan.Plan) []byte {
 		b.Write(p.Template.RenderParams(nil, p.MaxParam, sampleValues(p.Template)))
 		b.WriteString("\n")
 	}
+	if p.Inserts != nil {
+		if t := p.Inserts.Template(sampleDefaults(p.Inserts)); t != nil {
+			b.WriteString("-- Inserts.Template (sample catalog: id at 0, sub_id at 2), RenderLiteral:\n")
+			b.Write(t.RenderLiteral(nil, sampleValues(t)))
+			b.WriteString("\n-- and unfilled:\n")
+			b.Write(t.RenderLiteral(nil, unfilled(t)))
+			b.WriteString("\n-- RenderParams:\n")
+			b.Write(t.RenderParams(nil, p.MaxParam, sampleValues(t)))
+			b.WriteString("\n")
+		}
+	}
 	return b.Bytes()
+}
+
+// sampleDefaults is the catalog the golden files assume for every INSERT
+// target: column id (position 0) and column sub_id (position 2) default to
+// snowflake.nextval of their own sequences; the role may insert anything.
+func sampleDefaults(in *plan.Inserts) [][]plan.ColumnDefault {
+	defs := make([][]plan.ColumnDefault, len(in.Targets))
+	for i := range defs {
+		defs[i] = []plan.ColumnDefault{
+			{Name: "id", Quoted: `"id"`, Position: 0, Seq: `"public"."t_id_seq"`, Arg: "'16401'::pg_catalog.regclass", Insertable: true, AllInsertable: true},
+			{Name: "sub_id", Quoted: `"sub_id"`, Position: 2, Seq: `"public"."t_sub_id_seq"`, Arg: "'16402'::pg_catalog.regclass", Insertable: true, AllInsertable: true},
+		}
+	}
+	return defs
 }
 
 func opName(op plan.SlotOp) string {
@@ -115,14 +152,15 @@ var touchNames = []struct {
 }{
 	{plan.TouchNode, "Node"}, {plan.TouchSearchPath, "SearchPath"}, {plan.TouchReadOnly, "ReadOnly"},
 	{plan.TouchCatalog, "Catalog"}, {plan.TouchRole, "Role"}, {plan.TouchPrepared, "Prepared"},
-	{plan.TouchAll, "All"},
+	{plan.TouchAll, "All"}, {plan.TouchShim, "Shim"}, {plan.TouchSequence, "Sequence"},
 }
 
 type slotView struct {
-	Op  string
-	Seq string                 `json:",omitempty"`
-	Arg string                 `json:",omitempty"`
-	Ext *plan.ExtensionOptions `json:",omitempty"`
+	Op      string
+	Seq     string                 `json:",omitempty"`
+	Arg     string                 `json:",omitempty"`
+	Ext     *plan.ExtensionOptions `json:",omitempty"`
+	Default bool                   `json:",omitempty"`
 }
 
 type templateView struct {
@@ -137,6 +175,7 @@ type planViewT struct {
 	Statements    []plan.Statement `json:",omitempty"`
 	MaxParam      int              `json:",omitempty"`
 	Touches       []string         `json:",omitempty"`
+	Inserts       []plan.Insert    `json:",omitempty"`
 	Deallocate    string           `json:",omitempty"`
 	DeallocateAll bool             `json:",omitempty"`
 }
@@ -152,10 +191,13 @@ func planView(p *plan.Plan) planViewT {
 			v.Touches = append(v.Touches, tn.name)
 		}
 	}
+	if p.Inserts != nil {
+		v.Inserts = p.Inserts.Targets
+	}
 	if p.Template != nil {
 		v.Template = &templateView{Parts: p.Template.Parts, Slots: []slotView{}}
 		for _, s := range p.Template.Slots {
-			v.Template.Slots = append(v.Template.Slots, slotView{Op: opName(s.Op), Seq: s.Seq, Arg: s.Arg, Ext: s.Ext})
+			v.Template.Slots = append(v.Template.Slots, slotView{Op: opName(s.Op), Seq: s.Seq, Arg: s.Arg, Ext: s.Ext, Default: s.Default})
 		}
 	}
 	return v

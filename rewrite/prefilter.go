@@ -7,7 +7,8 @@ import "strings"
 // "set_config" (ASCII case-insensitive), when its first keyword (after
 // blanks, comments and opening parentheses) may change session or catalog
 // state (SET RESET DISCARD DEALLOCATE BEGIN START CREATE ALTER DROP GRANT
-// REVOKE COMMENT TRUNCATE SECURITY REASSIGN IMPORT REFRESH DO), or when the
+// REVOKE COMMENT TRUNCATE SECURITY REASSIGN IMPORT REFRESH DO) or may be an
+// INSERT whose column defaults the session fills (INSERT, WITH), or when the
 // text may hold more than one statement. False positives only cost a parse;
 // a false negative would hide a state change, so every rule errs towards
 // true.
@@ -21,11 +22,13 @@ func NeedsParse(sql string) bool {
 	return mayBeMulti(sql)
 }
 
-// containsKeyText reports whether sql contains "snowflake" or "set_config",
+// containsKeyText reports whether sql contains "snowflake", "set_config" or
+// "setval" (a sequence set outside the snowflake paths: plan.TouchSequence),
 // ignoring ASCII case. It looks for a rare byte of each word with
 // strings.IndexByte (vectorised) and compares around each hit.
 func containsKeyText(sql string) bool {
-	return containsFold(sql, "snowflake", 3) || containsFold(sql, "set_config", 3)
+	return containsFold(sql, "snowflake", 3) || containsFold(sql, "set_config", 3) ||
+		containsFold(sql, "setval", 3)
 }
 
 // containsFold reports whether s contains needle (lower-case ASCII)
@@ -77,6 +80,15 @@ var touchKeywords = [...]string{
 	"set", "reset", "discard", "deallocate", "begin", "start", "create",
 	"alter", "drop", "grant", "revoke", "comment", "truncate", "security",
 	"reassign", "import", "refresh", "do",
+	// Not state changes: INSERT ... VALUES (also inside WITH) may omit a
+	// column that defaults to snowflake.nextval, which the text does not
+	// show. Plans are cached by text, so a repeated INSERT costs one
+	// cache hit.
+	"insert", "with",
+	// COPY FROM into a table whose column defaults to snowflake.nextval,
+	// EXECUTE of a prepared statement, CALL of a procedure may issue IDs in
+	// the server's shim (plan.TouchShim).
+	"copy", "execute", "call",
 }
 
 func firstKeywordTouches(sql string) bool {

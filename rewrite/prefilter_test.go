@@ -15,7 +15,9 @@ func TestNeedsParse(t *testing.T) {
 	}{
 		{"SELECT 1", false},
 		{"select * from orders where id = $1", false},
-		{"INSERT INTO t VALUES (1)", false},
+		{"INSERT INTO t VALUES (1)", true}, // its defaults may be snowflakes
+		{" with x as (select 1) select * from x", true},
+		{"UPDATE t SET a = 1", false},
 		{"SELECT 1;", false},
 		{"SELECT 1; -- done", false},
 		{"SELECT 1; /* a /* nested */ comment */ \n", false},

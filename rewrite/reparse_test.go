@@ -16,16 +16,25 @@ func checkRendered(t testing.TB, sql string, p *plan.Plan) {
 	if p == nil {
 		t.Fatalf("Plan(%q) = nil", sql)
 	}
-	if p.Template == nil {
+	checkTemplate(t, sql, p, p.Template)
+	if p.Inserts != nil {
+		checkTemplate(t, sql, p, p.Inserts.Template(sampleDefaults(p.Inserts)))
+	}
+}
+
+func checkTemplate(t testing.TB, sql string, p *plan.Plan, tm *plan.Template) {
+	t.Helper()
+	if tm == nil {
 		return
 	}
-	if len(p.Template.Parts) != len(p.Template.Slots)+1 {
-		t.Fatalf("Plan(%q): %d parts for %d slots", sql, len(p.Template.Parts), len(p.Template.Slots))
+	if len(tm.Parts) != len(tm.Slots)+1 {
+		t.Fatalf("Plan(%q): %d parts for %d slots", sql, len(tm.Parts), len(tm.Slots))
 	}
-	vals := sampleValues(p.Template)
+	vals := sampleValues(tm)
 	for _, out := range []string{
-		string(p.Template.RenderLiteral(nil, vals)),
-		string(p.Template.RenderParams(nil, p.MaxParam, vals)),
+		string(tm.RenderLiteral(nil, vals)),
+		string(tm.RenderLiteral(nil, unfilled(tm))),
+		string(tm.RenderParams(nil, p.MaxParam, vals)),
 	} {
 		tree, err := pg_query.Parse(out)
 		if err != nil {

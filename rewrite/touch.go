@@ -37,13 +37,25 @@ func stmtTouches(n *pg_query.Node) plan.Touch {
 	case *pg_query.Node_DeallocateStmt:
 		return plan.TouchPrepared
 	case *pg_query.Node_DoStmt:
-		// A DO block may run DDL and SET anything.
-		return plan.TouchCatalog | plan.TouchNode | plan.TouchSearchPath | plan.TouchRole
+		// A DO block may run DDL, SET anything and call nextval.
+		return plan.TouchCatalog | plan.TouchNode | plan.TouchSearchPath | plan.TouchRole | plan.TouchShim
+	case *pg_query.Node_ExecuteStmt, *pg_query.Node_CallStmt:
+		// A prepared statement or a procedure may issue IDs in the shim;
+		// their text is not visible here.
+		return plan.TouchShim
 	case *pg_query.Node_SelectStmt:
 		if x.SelectStmt.IntoClause != nil {
 			return plan.TouchCatalog // SELECT INTO creates a table
 		}
 		return 0
+	case *pg_query.Node_CopyStmt:
+		if x.CopyStmt.IsFrom {
+			// Column defaults (snowflake.nextval) run in the shim per row.
+			return plan.TouchShim
+		}
+		return 0
+	case *pg_query.Node_AlterSeqStmt:
+		return plan.TouchCatalog | plan.TouchSequence // RESTART moves last_value
 	}
 	if isDDL(n) {
 		return plan.TouchCatalog
@@ -95,8 +107,9 @@ func isDDL(n *pg_query.Node) bool {
 }
 
 // scanParamsAndCalls walks a whole statement: MaxParam is the highest $n
-// anywhere; a set_config(...) call anywhere may change any setting. It
-// returns the touches of such calls.
+// anywhere; a set_config(...) call anywhere may change any setting, a
+// setval(...) a sequence; a.issuing counts the calls that issue IDs (see
+// analyze). It returns the touches of such calls.
 func (a *analyzer) scanParamsAndCalls(raw *pg_query.RawStmt) plan.Touch {
 	var t plan.Touch
 	walk(raw.ProtoReflect(), func(m protoreflect.Message) {
@@ -106,12 +119,51 @@ func (a *analyzer) scanParamsAndCalls(raw *pg_query.RawStmt) plan.Touch {
 				a.p.MaxParam = int(x.Number)
 			}
 		case *pg_query.FuncCall:
-			if len(x.Funcname) > 0 && x.Funcname[len(x.Funcname)-1].GetString_().GetSval() == "set_config" {
+			switch funcName(x) {
+			case "set_config":
 				t |= plan.TouchNode | plan.TouchSearchPath | plan.TouchRole
+				a.guardSetConfig(x)
+			case "setval":
+				t |= plan.TouchSequence
+			}
+			switch snowflakeFunc(x) {
+			case "nextval", "convert_sequence_to_snowflake":
+				a.issuing++
 			}
 		}
 	})
 	return t
+}
+
+// guardSetConfig routes set_config('snowflake.node', ...) to the shim's
+// snowflake._set_config, which refuses it as the extension refuses a
+// non-superuser (the setting is superuser-only) and validates the value:
+// on a stock server snowflake.node is a mere placeholder anyone may set.
+// A name that is not a literal cannot be checked and stays with the server.
+func (a *analyzer) guardSetConfig(f *pg_query.FuncCall) {
+	if len(f.Args) != 3 {
+		return
+	}
+	name, ok := f.Args[0].GetAConst().GetVal().(*pg_query.A_Const_Sval)
+	if !ok || !strings.EqualFold(strings.TrimSpace(name.Sval.GetSval()), nodeGUC) {
+		return
+	}
+	open, _, ok := a.callParens(int(f.Location))
+	if !ok {
+		return
+	}
+	a.addEdit(edit{start: int(f.Location), end: a.tokens()[open].start, text: setConfigGuard})
+}
+
+// setConfigGuard is the shim function guardSetConfig calls instead.
+const setConfigGuard = "snowflake._set_config"
+
+// funcName is the last part of a function call's name.
+func funcName(f *pg_query.FuncCall) string {
+	if len(f.Funcname) == 0 {
+		return ""
+	}
+	return f.Funcname[len(f.Funcname)-1].GetString_().GetSval()
 }
 
 // walk calls visit for m and every message below it.

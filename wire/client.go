@@ -25,36 +25,61 @@ var errTerminate = errors.New("terminate")
 func (p *clientPump) loop() error {
 	ss := (*session)(p)
 	for {
+		if ss.cr.src != nil {
+			if err := ss.cr.poll(p.step); err != nil {
+				if err == errPumpDone {
+					return nil
+				}
+				return err
+			}
+		}
 		typ, _, err := ss.cr.next()
 		if err != nil {
 			return p.readFailed(err)
 		}
-		if ss.track {
-			err = p.dispatch(typ)
-		} else {
-			err = ss.cr.forward(ss.sw)
-			if err == nil && typ == 'X' {
-				err = errTerminate
-			}
-		}
-		if err != nil {
-			if errors.Is(err, errTerminate) {
-				_ = ss.sw.Flush()
+		if err := p.step(typ); err != nil {
+			if err == errPumpDone {
 				return nil
-			}
-			var e *Error
-			if errors.As(err, &e) && e.Kind == KindClientProtocol {
-				_ = ss.sw.Flush()
-				ss.fatal(e)
 			}
 			return err
 		}
-		if ss.cr.r.Buffered() == 0 {
-			if err := ss.sw.Flush(); err != nil {
-				return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
-			}
+	}
+}
+
+// errPumpDone ends a pump without error (after the client's Terminate).
+var errPumpDone = errors.New("pump done")
+
+// step forwards or dispatches one client message whose header next has
+// read, and flushes to the server when no more client input is buffered.
+func (p *clientPump) step(typ byte) error {
+	ss := (*session)(p)
+	var err error
+	if ss.track {
+		err = p.dispatch(typ)
+	} else {
+		err = ss.cr.forward(ss.sw)
+		if err == nil && typ == 'X' {
+			err = errTerminate
 		}
 	}
+	if err != nil {
+		if errors.Is(err, errTerminate) {
+			_ = ss.sw.Flush()
+			return errPumpDone
+		}
+		var e *Error
+		if errors.As(err, &e) && e.Kind == KindClientProtocol {
+			_ = ss.sw.Flush()
+			ss.fatal(e)
+		}
+		return err
+	}
+	if ss.cr.r.Buffered() == 0 {
+		if err := ss.sw.Flush(); err != nil {
+			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
+		}
+	}
+	return nil
 }
 
 // readFailed ends the pump after a failed read: an oversized or malformed

@@ -85,11 +85,25 @@
 // read-only, a sequence name that resolves (with the session's search_path)
 // to a sequence the role may use, and the shim installed. That state is
 // read by hidden queries the session runs on its own server connection at
-// a safe point (after ReadyForQuery with nothing forwarded since, and no
-// unnamed statement or portal the client may still use), whose responses
-// the server pump consumes without showing them. When the state is not
-// known, the value is left invalid and the rendered SQL calls the server's
-// shim instead: correct first, fast where possible.
+// a safe point (after ReadyForQuery with nothing forwarded since), through
+// a named statement and portal closed at once so that the client's unnamed
+// ones survive, and whose responses the server pump consumes without
+// showing them. When the state is not known, the value is left invalid and
+// the rendered SQL calls the server's shim instead: correct first, fast
+// where possible.
+//
+// # Column defaults (defaults.go, reprepare.go)
+//
+// A plan with Inserts (INSERT ... VALUES, also in WITH) is completed by the
+// session: a hidden query tells which columns of each target default to a
+// plain snowflake.nextval call, and the template gets a Nextval slot for
+// each omitted or DEFAULT item of such a column, filled like an explicit
+// call (an unfilled one renders as DEFAULT, or in the extended protocol
+// as COALESCE($n, snowflake.nextval(<that default's sequence>))). The
+// session caches what it learned until its search_path, role or catalog
+// may have changed, or Snowflakes.CatalogEpoch moves (DDL made elsewhere);
+// with epoch 0 defaults stay with the server. A named prepared INSERT whose
+// defaults changed is prepared again, transparently, at its next Bind.
 //
 // # Debugging
 //

@@ -11,8 +11,17 @@ import (
 // (portals share the record of their statement).
 type stmtRec struct {
 	pl   *plan.Plan
-	base int // parameters of the client's statement
-	ids  int // parameters the proxy appends, one per ID slot
+	t    *plan.Template // what was sent: pl.Template or an INSERT template (defaults.go)
+	base int            // parameters of the client's statement
+	ids  int            // parameters the proxy appends, one per ID slot
+	// For a named statement with INSERT targets: the mirror generation its
+	// template was built at, and the client's parameter types, to prepare
+	// it again when the defaults change (reprepare.go).
+	gen   uint64
+	types []byte
+	// shimDefaults: snowflake defaults of the INSERT may run in the
+	// server's shim (targets unknown when the template was chosen).
+	shimDefaults bool
 }
 
 func (p *clientPump) stmt(name []byte) *stmtRec {
@@ -51,8 +60,15 @@ func (p *clientPump) parse() error {
 	var rec *stmtRec
 	if pl != plan.Passthrough {
 		rec = &stmtRec{pl: pl, base: max(pl.MaxParam, noids)}
-		if pl.Template != nil {
-			rec.ids = pl.Template.IDSlots()
+		// A hidden query may run now while the session is still at a safe
+		// point (the Bind that follows will not be).
+		hiddenOK := true // hidden queries leave unnamed statements and portals alone
+		rec.setTemplate(p.insertTemplate(pl, hiddenOK))
+		rec.shimDefaults = p.insertShim
+		rec.gen = p.mirror.gen
+		if pl.Inserts != nil && len(name) > 0 {
+			// Non-nil even without types: it marks the record for revalidate.
+			rec.types = append(make([]byte, 0, len(rest)-2), rest[2:]...)
 		}
 	}
 	if len(name) == 0 {
@@ -65,37 +81,56 @@ func (p *clientPump) parse() error {
 	} else if p.stmts != nil {
 		delete(p.stmts, string(name))
 	}
-	if pl.Template == nil {
+	if rec == nil || rec.t == nil {
 		p.push(owed{kind: owedParse})
 		return ss.cr.pass(ss.sw)
 	}
 	// Extension SQL, and a chance to refresh the mirror while the session
 	// is still at a safe point (the Bind that follows will not be).
-	if _, ok := p.values(pl.Template, !p.portalLive && (len(name) == 0 || !p.stmtLive), false); !ok {
-		rec.ids = 0
+	if _, ok := p.values(rec.t, true, false); !ok {
+		rec.t, rec.ids, rec.types = nil, 0, nil
 		rec.pl = &plan.Plan{Statements: pl.Statements, Touches: pl.Touches, Deallocate: pl.Deallocate, DeallocateAll: pl.DeallocateAll}
 		p.push(owed{kind: owedParse})
 		return ss.cr.pass(ss.sw)
 	}
-	var start int
-	p.out, start = appendHeader(p.out[:0], 'P')
-	p.out = append(p.out, name...)
-	p.out = append(p.out, 0)
-	p.out = pl.Template.RenderParams(p.out, rec.base, p.vals)
-	p.out = append(p.out, 0)
-	p.out = append16(p.out, rec.base+rec.ids)
-	p.out = append(p.out, rest[2:]...)
-	for i := noids; i < rec.base; i++ {
-		p.out = append32(p.out, 0)
-	}
-	for i := 0; i < rec.ids; i++ {
-		p.out = append32(p.out, int8OID)
-	}
-	p.out = finishMsg(p.out, start)
+	p.out = p.appendParse(p.out[:0], name, rec, rest[2:], noids)
 	ss.cr.consume()
 	p.push(owed{kind: owedParse})
 	_, err = ss.sw.Write(p.out)
 	return err
+}
+
+// setTemplate makes t the statement's template; one whose parameters would
+// not fit in a Parse message is replaced by the plan's own.
+func (rec *stmtRec) setTemplate(t *plan.Template) {
+	if t != nil && t != rec.pl.Template && rec.base+t.IDSlots() > plan.MaxParams {
+		t = rec.pl.Template
+	}
+	rec.t, rec.ids = t, 0
+	if t != nil {
+		rec.ids = t.IDSlots()
+	}
+}
+
+// appendParse appends a Parse of the statement's template: the client's
+// parameter types (types, noids of them), unspecified types up to base,
+// then int8 for each injected parameter.
+func (p *clientPump) appendParse(dst, name []byte, rec *stmtRec, types []byte, noids int) []byte {
+	var start int
+	dst, start = appendHeader(dst, 'P')
+	dst = append(dst, name...)
+	dst = append(dst, 0)
+	dst = rec.t.RenderParams(dst, rec.base, p.vals)
+	dst = append(dst, 0)
+	dst = append16(dst, rec.base+rec.ids)
+	dst = append(dst, types...)
+	for i := noids; i < rec.base; i++ {
+		dst = append32(dst, 0)
+	}
+	for i := 0; i < rec.ids; i++ {
+		dst = append32(dst, int8OID)
+	}
+	return finishMsg(dst, start)
 }
 
 // bind handles Bind: for a statement with ID slots, one value per slot is
@@ -113,6 +148,11 @@ func (p *clientPump) bind() error {
 	if ok1 && ok2 {
 		rec = p.stmt(stmt)
 		p.setPortal(portal, rec, true)
+	}
+	if rec != nil && rec.types != nil && ok1 && ok2 {
+		if err := p.revalidate(stmt, rec); err != nil {
+			return err
+		}
 	}
 	if rec == nil || rec.ids == 0 {
 		p.push(owed{kind: owedBind})
@@ -144,7 +184,8 @@ func (p *clientPump) bind() error {
 		return ss.cr.pass(ss.sw)
 	}
 	bin := nf == 1 && binaryAt(rest, pos)
-	p.values(rec.pl.Template, !p.stmtLive && !p.portalLive, true)
+	p.values(rec.t, true, true)
+	p.noteShimSlots(rec.t)
 	var start int
 	p.out, start = appendHeader(p.out[:0], 'B')
 	p.out = append(p.out, body[:len(portal)+len(stmt)+2]...)
@@ -159,7 +200,7 @@ func (p *clientPump) bind() error {
 	}
 	p.out = append16(p.out, np+rec.ids)
 	p.out = append(p.out, rest[ppos:end]...)
-	for i, s := range rec.pl.Template.Slots {
+	for i, s := range rec.t.Slots {
 		if !s.Op.IsID() {
 			continue
 		}
@@ -249,6 +290,9 @@ func (p *clientPump) execute() error {
 		if rec := p.portal(name); rec != nil {
 			o.stmts = rec.pl.Statements
 			p.effects(rec.pl)
+			if rec.shimDefaults {
+				p.markShim()
+			}
 		}
 	}
 	p.push(o)

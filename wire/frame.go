@@ -41,6 +41,8 @@ type frameReader struct {
 	cur    []byte // the current message with header when peeked whole
 	peeked bool
 	hdr    [5]byte
+
+	src *sockReader // under r when the connection is a socket (see poll); nil otherwise
 }
 
 var errFrameTooShort = errors.New("message length too short")

@@ -47,6 +47,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	if status == 'E' {
 		return false, true // the server gives its own 25P02
 	}
+	p.checkEpoch()
 	m := &p.mirror
 	var missing []string
 	for i := range t.Slots {
@@ -57,11 +58,12 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		}
 	}
 	if (!m.fresh || len(missing) > 0) && safe && hiddenOK {
-		p.refresh(missing)
+		p.refresh(missing, nil)
 	}
 	if !generate {
 		return false, true
 	}
+	quiet := p.fence()
 	allValid = true
 	for i := range t.Slots {
 		s := &t.Slots[i]
@@ -71,7 +73,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		info, known := m.seqs[s.Seq]
 		usable := known && m.fresh && m.shim && info.oid != 0
 		switch {
-		case s.Op == plan.Nextval && usable && info.usable && !m.readOnly && m.node >= 1 && m.node <= 1023:
+		case s.Op == plan.Nextval && quiet && usable && info.usable && !m.readOnly && m.node >= 1 && m.node <= 1023:
 			id, err := ss.cfg.Snowflakes.Nextval(ss.ctx, ss.db, info.oid, m.node)
 			if err != nil {
 				ss.log.Debug("fast path refused", logError, err)
@@ -95,6 +97,50 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	return allValid, true
 }
 
+// touchFence are the touches after which the fast path fences.
+const touchFence = plan.TouchShim | plan.TouchSequence
+
+// fence applies what statements that may have issued IDs outside the fast
+// path require: while one still runs, no fast-path ID (false: leave Nextval
+// slots to the shim, which issues in execution order; a Currval hint stays
+// right, the shim's values being the larger ones); once answered,
+// Snowflakes.Fence, so the next fast-path ID is above theirs (and, after a
+// setval or ALTER SEQUENCE, above the sequence's last_value).
+func (p *clientPump) fence() bool {
+	ss := (*session)(p)
+	ss.mu.Lock()
+	busy, due := ss.shimBusy, ss.fenceDue
+	ss.fenceDue = 0
+	ss.mu.Unlock()
+	if due != 0 {
+		ss.cfg.Snowflakes.Fence(ss.db, 0, due&plan.TouchSequence != 0)
+	}
+	return busy == 0
+}
+
+// markShim records that a statement about to be forwarded may issue IDs in
+// the server's shim (see fence).
+func (p *clientPump) markShim() {
+	ss := (*session)(p)
+	ss.mu.Lock()
+	ss.shimBusy |= plan.TouchShim
+	ss.mu.Unlock()
+}
+
+// noteShimSlots marks the session when a Nextval slot of t (an explicit
+// call or an INSERT default) got no fast-path value: the server's shim
+// issues that ID (regression: a fast-path refusal, e.g. a lease still
+// pending, sent one call to the shim and the next fast-path ID came out
+// below it).
+func (p *clientPump) noteShimSlots(t *plan.Template) {
+	for i := range t.Slots {
+		if t.Slots[i].Op == plan.Nextval && !p.vals[i].Valid {
+			p.markShim()
+			return
+		}
+	}
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -104,14 +150,40 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// hiddenName names the statement and portal of hidden queries (with its
+// NUL): no client names its statements so.
+const hiddenName = "snowflake-proxy hidden\x00"
+
 // refresh runs the hidden mirror query on the session's server connection
-// (the caller checked the safe point) and applies its result.
-func (p *clientPump) refresh(names []string) {
+// (the caller checked the safe point) and applies its result: settings,
+// sequence names, INSERT target names.
+func (p *clientPump) refresh(names, rels []string) {
 	ss := (*session)(p)
+	// Extended protocol with a named statement and portal, closed at once:
+	// a simple Query would destroy the client's unnamed statement and
+	// portal, which the client may still use after a Sync.
 	var start int
-	p.out, start = appendHeader(p.out[:0], 'Q')
-	p.out = mirrorSQL(p.out, names)
-	p.out = append(p.out, 0)
+	p.out, start = appendHeader(p.out[:0], 'P')
+	p.out = append(p.out, hiddenName...)
+	p.out = mirrorSQL(p.out, names, rels)
+	p.out = append(p.out, 0, 0, 0) // end of text, no parameter types
+	p.out = finishMsg(p.out, start)
+	p.out, start = appendHeader(p.out, 'B')
+	p.out = append(p.out, hiddenName...)
+	p.out = append(p.out, hiddenName...)
+	p.out = append(p.out, 0, 0, 0, 0, 0, 0) // no formats, parameters, result formats: text
+	p.out = finishMsg(p.out, start)
+	p.out, start = appendHeader(p.out, 'E')
+	p.out = append(p.out, hiddenName...)
+	p.out = append(p.out, 0, 0, 0, 0) // all rows
+	p.out = finishMsg(p.out, start)
+	for _, kind := range [2]byte{'P', 'S'} {
+		p.out, start = appendHeader(p.out, 'C')
+		p.out = append(p.out, kind)
+		p.out = append(p.out, hiddenName...)
+		p.out = finishMsg(p.out, start)
+	}
+	p.out, start = appendHeader(p.out, 'S')
 	p.out = finishMsg(p.out, start)
 	ss.hq = hiddenQuery{}
 	ss.hiddenActive.Store(true)
@@ -130,7 +202,7 @@ func (p *clientPump) refresh(names []string) {
 	}
 	ss.srv.stats.hidden.Add(1)
 	hq := &ss.hq
-	if hq.err != nil || hq.fail != "" || hq.rows != 1 || !p.mirror.apply(hq.row, names) {
+	if hq.err != nil || hq.fail != "" || hq.rows != 1 || !p.mirror.apply(hq.row, names, rels) {
 		ss.log.Warn("mirror query failed", logError, hq.err, "sqlstate", hq.fail)
 		p.mirror.fresh = false
 	}

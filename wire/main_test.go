@@ -103,9 +103,11 @@ func (f *fakeRewriter) Plan(sql string) *plan.Plan {
 
 // fakeSnowflakes issues IDs from an in-memory counter.
 type fakeSnowflakes struct {
-	next  atomic.Int64
-	calls atomic.Int64
-	fail  atomic.Bool
+	next   atomic.Int64
+	calls  atomic.Int64
+	fail   atomic.Bool
+	epoch  atomic.Uint64
+	fences atomic.Int64
 }
 
 func (f *fakeSnowflakes) Nextval(ctx context.Context, db string, seq uint32, node int) (int64, error) {
@@ -115,6 +117,13 @@ func (f *fakeSnowflakes) Nextval(ctx context.Context, db string, seq uint32, nod
 	f.calls.Add(1)
 	return f.next.Add(1)<<12 | int64(node), nil
 }
+
+// CatalogEpoch reports epoch (0 until a test sets it: defaults stay with
+// the server).
+func (f *fakeSnowflakes) CatalogEpoch(db string) uint64 { return f.epoch.Load() }
+
+// Fence counts fences; the fake's IDs only grow, so nothing else is needed.
+func (f *fakeSnowflakes) Fence(db string, seq uint32, external bool) { f.fences.Add(1) }
 
 func (f *fakeSnowflakes) ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {
 	return "DO $$BEGIN RAISE NOTICE 'installed'; END$$", nil

@@ -19,6 +19,14 @@ type mirror struct {
 	shim     bool
 	seqs     map[string]seqInfo // regclass text -> resolution, per search_path and role
 	currval  map[uint32]int64   // the latest fast-path value per sequence OID
+
+	// INSERT targets (defaults.go).
+	isolation string                        // transaction_isolation at the last refresh
+	rels      map[string]relInfo            // target regclass text -> its snowflake defaults
+	tmpls     map[*plan.Plan]*plan.Template // built INSERT templates, valid while rels is
+	relEpoch  uint64                        // Snowflakes.CatalogEpoch when rels was started
+	relsTx    bool                          // rels has skip entries of the current transaction
+	gen       uint64                        // counts dropRels: prepared INSERTs compare it
 }
 
 // seqInfo is how a sequence name resolves in the session.
@@ -34,6 +42,7 @@ func (m *mirror) invalidate(t plan.Touch) {
 	}
 	if t&(plan.TouchSearchPath|plan.TouchRole|plan.TouchCatalog|plan.TouchAll) != 0 {
 		clear(m.seqs)
+		m.dropRels()
 	}
 }
 
@@ -51,18 +60,21 @@ const (
 	hqReadOnly
 	hqRole
 	hqShim
+	hqIsolation
 	hqFixed
 )
 
 // mirrorSQL builds the hidden query: the settings, then three columns per
-// sequence name (oid, relkind, privilege). Every function is qualified with
-// pg_catalog so the client's search_path cannot redirect it, and nothing in
-// it can raise for names the rewriter validated.
-func mirrorSQL(dst []byte, names []string) []byte {
+// sequence name (oid, relkind, privilege), then one per INSERT target name
+// (defaults.go). Every function is qualified with pg_catalog so the
+// client's search_path cannot redirect it, and nothing in it can raise for
+// names the rewriter validated.
+func mirrorSQL(dst []byte, names, rels []string) []byte {
 	dst = append(dst, "SELECT pg_catalog.current_setting('snowflake.node', true), "+
 		"pg_catalog.current_setting('transaction_read_only'), current_user, "+
 		"EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "+
-		"WHERE n.nspname = 'snowflake' AND p.proname = '_currval')"...)
+		"WHERE n.nspname = 'snowflake' AND p.proname = '_currval'), "+
+		"pg_catalog.current_setting('transaction_isolation')"...)
 	for _, name := range names {
 		for _, col := range [3]string{"c.oid", "c.relkind",
 			"CASE WHEN c.relkind = 'S' THEN pg_catalog.has_sequence_privilege(c.oid, 'USAGE') OR pg_catalog.has_sequence_privilege(c.oid, 'UPDATE') END"} {
@@ -70,6 +82,9 @@ func mirrorSQL(dst []byte, names []string) []byte {
 			dst = appendLiteral(dst, name)
 			dst = append(dst, "))"...)
 		}
+	}
+	for _, name := range rels {
+		dst = appendRelColumn(dst, name)
 	}
 	return dst
 }
@@ -94,9 +109,9 @@ func appendLiteral(dst []byte, s string) []byte {
 	return append(dst, '\'')
 }
 
-// apply reads the result of mirrorSQL(names).
-func (m *mirror) apply(row []*string, names []string) bool {
-	if len(row) != hqFixed+3*len(names) {
+// apply reads the result of mirrorSQL(names, rels).
+func (m *mirror) apply(row []*string, names, rels []string) bool {
+	if len(row) != hqFixed+3*len(names)+len(rels) {
 		return false
 	}
 	get := func(i int) string {
@@ -109,6 +124,7 @@ func (m *mirror) apply(row []*string, names []string) bool {
 	m.readOnly = get(hqReadOnly) != "off"
 	m.role = get(hqRole)
 	m.shim = get(hqShim) == "t"
+	m.isolation = get(hqIsolation)
 	m.fresh = true
 	if m.seqs == nil {
 		m.seqs = map[string]seqInfo{}
@@ -117,6 +133,11 @@ func (m *mirror) apply(row []*string, names []string) bool {
 		c := hqFixed + 3*i
 		oid, _ := strconv.ParseUint(get(c), 10, 32)
 		m.seqs[name] = seqInfo{oid: uint32(oid), usable: get(c+1) == "S" && get(c+2) == "t"}
+	}
+	for i, name := range rels {
+		if !m.applyRel(name, row[hqFixed+3*len(names)+i]) {
+			return false
+		}
 	}
 	return true
 }

@@ -14,6 +14,8 @@ const (
 	owedDescribePortal                     // RowDescription or NoData
 	owedExecute                            // CommandComplete, EmptyQueryResponse or PortalSuspended
 	owedClose                              // CloseComplete
+	owedHiddenClose                        // CloseComplete of the proxy's own Close: not relayed
+	owedHiddenParse                        // ParseComplete of the proxy's own Parse: not relayed
 	owedSync                               // ReadyForQuery
 )
 

@@ -24,20 +24,16 @@ func (p *serverPump) run(done chan<- pumpResult) {
 
 func (p *serverPump) loop() error {
 	ss := (*session)(p)
-	locked := false
-	unlock := func() error {
-		if !locked {
-			return nil
-		}
-		locked = false
-		err := ss.cw.Flush()
-		ss.wmu.Unlock()
-		return err
-	}
+	p.locked = false
 	for {
+		if ss.sr.src != nil {
+			if err := ss.sr.poll(p.step); err != nil {
+				return err
+			}
+		}
 		typ, _, err := ss.sr.next()
 		if err != nil {
-			if ferr := unlock(); ferr != nil {
+			if ferr := p.unlock(); ferr != nil {
 				return &Error{Kind: KindClientIO, Message: "write", Err: ferr}
 			}
 			if ss.clientGone.Load() || ss.sawFatal.Load() {
@@ -45,20 +41,43 @@ func (p *serverPump) loop() error {
 			}
 			return ss.upstreamLost(err)
 		}
-		if !locked {
-			ss.wmu.Lock()
-			locked = true
-		}
-		if err := p.handle(typ); err != nil {
-			_ = unlock()
+		if err := p.step(typ); err != nil {
 			return err
 		}
-		if ss.sr.r.Buffered() == 0 {
-			if err := unlock(); err != nil {
-				return &Error{Kind: KindClientIO, Message: "write", Err: err}
-			}
+	}
+}
+
+// step relays one server message whose header next has read. It takes
+// wmu at the first message of a batch and flushes and releases it when no
+// more server input is buffered.
+func (p *serverPump) step(typ byte) error {
+	ss := (*session)(p)
+	if !p.locked {
+		ss.wmu.Lock()
+		p.locked = true
+	}
+	if err := p.handle(typ); err != nil {
+		_ = p.unlock()
+		return err
+	}
+	if ss.sr.r.Buffered() == 0 {
+		if err := p.unlock(); err != nil {
+			return &Error{Kind: KindClientIO, Message: "write", Err: err}
 		}
 	}
+	return nil
+}
+
+// unlock ends a batch: flush to the client and release wmu.
+func (p *serverPump) unlock() error {
+	ss := (*session)(p)
+	if !p.locked {
+		return nil
+	}
+	p.locked = false
+	err := ss.cw.Flush()
+	ss.wmu.Unlock()
+	return err
 }
 
 // handle relays one server message. Messages that need no change are
@@ -122,10 +141,16 @@ func (p *serverPump) handle(typ byte) error {
 	case 'T', 'n':
 		p.complete(owedDescribeStmt, owedDescribePortal)
 	case '1':
+		if p.swallow(owedHiddenParse) {
+			return ss.sr.skip()
+		}
 		p.complete(owedParse, 0)
 	case '2':
 		p.complete(owedBind, 0)
 	case '3':
+		if p.swallow(owedHiddenClose) {
+			return ss.sr.skip()
+		}
 		p.complete(owedClose, 0)
 	case 'I', 's':
 		p.complete(owedExecute, 0)
@@ -141,6 +166,20 @@ func (p *serverPump) complete(a, b owedKind) {
 		ss.q.pop()
 	}
 	ss.mu.Unlock()
+}
+
+// swallow pops the front entry when it is of kind k (a response to a
+// message the proxy sent on its own, reprepare.go) and reports whether it
+// did: the response is then not relayed.
+func (p *serverPump) swallow(k owedKind) bool {
+	ss := (*session)(p)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if o := ss.q.front(); o != nil && o.kind == k {
+		ss.q.pop()
+		return true
+	}
+	return false
 }
 
 // ready handles ReadyForQuery: the transaction status, the entries it
@@ -162,6 +201,8 @@ func (p *serverPump) ready(body []byte) {
 	}
 	if ss.q.empty() {
 		ss.dirty = false
+		ss.fenceDue |= ss.shimBusy
+		ss.shimBusy = 0
 	}
 	ss.invalid |= ss.pending
 	if ss.txStatus == 'I' {

@@ -32,4 +32,18 @@ type Snowflakes interface {
 	// ExtensionSQL returns one SQL statement (a DO block) that performs the
 	// extension statement op in the client's own session and transaction.
 	ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error)
+	// CatalogEpoch returns a number that changes whenever the catalog of
+	// database may have changed by DDL made anywhere (another session,
+	// another proxy, a direct connection), or 0 when such changes cannot
+	// be seen there. Sessions compare it with the value their catalog
+	// caches were built at, on every INSERT: it must be cheap (an atomic
+	// load) and must not block. With 0, column defaults are left to the
+	// server (defaults.go).
+	CatalogEpoch(database string) uint64
+	// Fence makes the next Nextval of every sequence of database (of seq
+	// only, when not 0) continue above every ID issued so far by other
+	// paths (the server's shim); with external, also above the sequence's
+	// own last_value (set by setval or ALTER SEQUENCE). It must not block:
+	// the next Nextval waits for the fresh lease instead.
+	Fence(database string, seq uint32, external bool)
 }

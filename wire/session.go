@@ -50,6 +50,13 @@ type session struct {
 	dirty    bool       // something was forwarded since the last safe ReadyForQuery
 	invalid  plan.Touch // mirror state the server pump learned is stale
 	pending  plan.Touch // touches of the current transaction, reapplied at each ReadyForQuery
+	// shimBusy holds the touchFence bits of statements forwarded and not
+	// yet answered: while they run, the server's shim may issue IDs, so the
+	// fast path stays off (IDs of a session follow execution order). When
+	// the response is complete they move to fenceDue, and the next fast-path
+	// ID first fences (ids.go).
+	shimBusy plan.Touch
+	fenceDue plan.Touch
 	params   map[string]string
 
 	hiddenActive atomic.Bool   // a hidden query's response is being consumed
@@ -67,9 +74,11 @@ type session struct {
 	stmtLive      bool // an unnamed statement may exist on the server
 	portalLive    bool // an unnamed portal may exist on the server
 	mirror        mirror
+	insertShim    bool   // set by insertTemplate (defaults.go)
 	out           []byte // scratch for messages the client pump builds
 	vals          []plan.Value
 	sout          []byte // scratch for the server pump
+	locked        bool   // the server pump holds wmu for the batch it relays
 }
 
 func newSession(srv *Server, c net.Conn, id uint64) *session {
@@ -166,6 +175,14 @@ func (ss *session) relay() error {
 	ss.deadline(ss.client, time.Time{}, false)
 	ss.deadline(ss.server, time.Time{}, false)
 	ss.cr.max = ss.cfg.MaxMessageSize
+	ss.cr.usePoll(ss.client)
+	ss.sr.usePoll(ss.server)
+	if ss.sw.Flush() == nil {
+		useSockWriter(ss.sw, ss.server)
+	}
+	if ss.cw.Flush() == nil {
+		useSockWriter(ss.cw, ss.client)
+	}
 	done := make(chan pumpResult, 2)
 	ss.srv.wg.Add(2)
 	go (*clientPump)(ss).run(done)

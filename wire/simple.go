@@ -21,15 +21,22 @@ func (p *clientPump) query() error {
 	if pl == nil {
 		pl = plan.Passthrough
 	}
-	if pl.Template == nil {
+	// The client's own Query destroys the unnamed statement and portal, so
+	// a hidden query before it harms nothing.
+	t := p.insertTemplate(pl, true)
+	if t == nil {
+		if p.insertShim {
+			p.markShim()
+		}
 		p.push(owed{kind: owedQuery, stmts: pl.Statements})
 		p.forwardedQuery(pl)
 		return ss.cr.pass(ss.sw)
 	}
-	t := pl.Template
-	// The client's own Query destroys the unnamed statement and portal, so
-	// a hidden query before it harms nothing.
+	if p.insertShim {
+		p.markShim()
+	}
 	allValid, ok := p.values(t, true, true)
+	p.noteShimSlots(t)
 	if !ok {
 		// No SQL for an extension slot: the server answers the original.
 		p.push(owed{kind: owedQuery})
@@ -81,5 +88,6 @@ func (p *clientPump) effects(pl *plan.Plan) {
 	}
 	ss.mu.Lock()
 	ss.pending |= t
+	ss.shimBusy |= t & touchFence
 	ss.mu.Unlock()
 }

@@ -21,6 +21,8 @@ type options struct {
 	node                      int
 	tlsCert, tlsKey, logLevel string
 	grace                     time.Duration
+	procs                     int
+	pprof                     string
 }
 
 func (m *Main) parseFlags(args []string) (*options, error) {
@@ -35,6 +37,8 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key (PEM) for clients")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long sessions may finish before they are closed")
+	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: automatic, see setProcs)")
+	fs.StringVar(&o.pprof, "pprof", "", "address to serve net/http/pprof on, e.g. 127.0.0.1:6060 (empty: off)")
 	fs.Usage = func() {
 		fmt.Fprintln(m.Stderr, "usage: snowflake-proxy [flags]\n       snowflake-proxy decode ID...\n       snowflake-proxy version\n\nflags (each also settable as SNOWFLAKE_PROXY_<NAME>):")
 		fs.PrintDefaults()
@@ -60,6 +64,14 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	}
 	if o.node != 0 && (o.node < 1 || o.node > 1023) {
 		return nil, fmt.Errorf("invalid --node %d: must be 1..1023", o.node)
+	}
+	if o.procs < 0 {
+		return nil, fmt.Errorf("invalid --procs %d: must be 0 (automatic) or more", o.procs)
+	}
+	if o.pprof != "" {
+		if _, _, err := net.SplitHostPort(o.pprof); err != nil {
+			return nil, fmt.Errorf("invalid --pprof %q: %w", o.pprof, err)
+		}
 	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return nil, fmt.Errorf("invalid --listen %q: %w", o.listen, err)
@@ -90,6 +102,16 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: level}))
+	procs := setProcs(o.procs)
+	logger.Debug("runtime", "gomaxprocs", procs)
+	if o.pprof != "" {
+		stop, err := servePprof(o.pprof, logger)
+		if err != nil {
+			fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)
+			return 1
+		}
+		defer stop()
+	}
 	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {

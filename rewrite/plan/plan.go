@@ -46,6 +46,11 @@ type Slot struct {
 	Arg string
 	// Ext carries the options of an extension statement.
 	Ext *ExtensionOptions
+	// Default marks a Nextval slot that stands for a column default of an
+	// INSERT (Inserts.Template): unfilled, it renders as DEFAULT in the
+	// simple protocol, so the server evaluates the column's own default
+	// with its own checks and errors.
+	Default bool
 }
 
 // ExtensionOptions are the parsed options of CREATE/DROP/ALTER EXTENSION.
@@ -62,6 +67,12 @@ type ExtensionOptions struct {
 type Template struct {
 	Parts []string
 	Slots []Slot
+
+	// Set by Build, for SourcePos (position.go): the analysed text, where
+	// each run of each part came from, where each slot's call was.
+	src     string
+	spans   [][]srcRun
+	slotSrc []srcSlot
 }
 
 // Touch is a bit set of session or catalog state a statement may change.
@@ -77,6 +88,16 @@ const (
 	TouchRole                         // SET ROLE, SET SESSION AUTHORIZATION
 	TouchPrepared                     // DEALLOCATE / DISCARD ALL: prepared statements gone
 	TouchAll                          // DISCARD ALL / RESET ALL
+	// TouchShim: the text keeps calls that issue IDs in the server's shim
+	// (per-row snowflake.nextval, convert_sequence_to_snowflake). Until it
+	// completes the session issues nothing on the fast path (the order of
+	// IDs in the session must follow execution order); afterwards the
+	// fast path fences (Snowflakes.Fence) so it continues above them.
+	TouchShim
+	// TouchSequence: the text may set a sequence outside the snowflake
+	// paths (setval, ALTER SEQUENCE): afterwards the fast path fences and
+	// continues above the sequence's last_value, as the pgEdge rule does.
+	TouchSequence
 )
 
 // TouchMirror is the set of touches after which the session re-reads its
@@ -110,6 +131,9 @@ type Plan struct {
 	MaxParam int
 	// Touches lists what the string may change.
 	Touches Touch
+	// Inserts is non-nil when the string has INSERT ... VALUES statements
+	// whose column defaults the session may fill (insert.go).
+	Inserts *Inserts
 	// Deallocate names the prepared statement a DEALLOCATE removes; "" for
 	// none. DeallocateAll is set for DEALLOCATE ALL.
 	Deallocate    string
@@ -159,6 +183,10 @@ func (t *Template) RenderLiteral(dst []byte, vals []Value) []byte {
 		s, v := &t.Slots[i], &vals[i]
 		switch s.Op {
 		case Nextval:
+			if !v.Valid && s.Default {
+				dst = append(dst, "DEFAULT"...)
+				break
+			}
 			if !v.Valid {
 				// The proxy has no value: the server's shim issues it.
 				dst = append(dst, NextvalFunc+"("...)

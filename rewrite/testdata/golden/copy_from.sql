@@ -1,0 +1,1 @@
+COPY t (payload) FROM STDIN

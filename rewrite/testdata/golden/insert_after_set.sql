@@ -1,0 +1,1 @@
+SET search_path = s; INSERT INTO t (x) VALUES (1)

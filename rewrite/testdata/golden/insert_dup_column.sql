@@ -1,0 +1,1 @@
+INSERT INTO t (x, x) VALUES (1, 2)

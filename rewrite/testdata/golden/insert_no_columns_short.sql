@@ -1,0 +1,1 @@
+INSERT INTO t VALUES (DEFAULT, 'x'), (DEFAULT, 'y')

@@ -1,0 +1,1 @@
+INSERT INTO t (x) SELECT 1

@@ -1,0 +1,1 @@
+insert into db.s.t (x) values (1)

@@ -1,0 +1,1 @@
+WITH src AS (SELECT 1 AS x) INSERT INTO t (x) VALUES ((SELECT x FROM src)), (2)

@@ -1,0 +1,75 @@
+package wire
+
+import (
+	"slices"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// Prepared INSERTs whose defaults changed. PostgreSQL re-analyses a
+// prepared statement after DDL on its table, so a prepared INSERT picks up
+// a changed column default. The proxy sent the server a text in which the
+// snowflake columns are explicit parameters; after the defaults it was built
+// with may have changed (mirror.gen moved: DDL through this session, or a
+// new catalog epoch), the next Bind of a named statement rebuilds the
+// template and, when the text differs, prepares the statement again under
+// the same name before the Bind: Close and Parse whose responses the server
+// pump swallows (owedHiddenClose, owedHiddenParse). This is done only at a
+// safe point, where nothing the client sent before can make the server skip
+// these messages; elsewhere the statement keeps its template until the next
+// Bind at a safe point. Unnamed statements are parsed again by the clients
+// themselves.
+
+// revalidate re-prepares the named statement of rec when its template is
+// stale (see above).
+func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
+	ss := (*session)(p)
+	if len(name) == 0 || ss.cfg.Snowflakes == nil {
+		return nil
+	}
+	safe, status := p.state()
+	p.checkEpoch()
+	if rec.gen == p.mirror.gen || !safe || status == 'E' {
+		return nil
+	}
+	t := p.insertTemplate(rec.pl, true)
+	rec.gen = p.mirror.gen
+	if t == nil {
+		// Without any slot the client's text is the statement.
+		t = &plan.Template{Parts: []string{rec.pl.Inserts.SQL}}
+	}
+	if sameTemplate(t, rec.t) || (rec.t == nil && len(t.Slots) == 0) {
+		return nil
+	}
+	rec.setTemplate(t)
+	// Close ('C', 'S', name) then Parse under the same name.
+	var start int
+	p.out, start = appendHeader(p.out[:0], 'C')
+	p.out = append(p.out, 'S')
+	p.out = append(p.out, name...)
+	p.out = append(p.out, 0)
+	p.out = finishMsg(p.out, start)
+	p.push(owed{kind: owedHiddenClose})
+	if _, err := ss.sw.Write(p.out); err != nil {
+		return err
+	}
+	noids := len(rec.types) / 4
+	p.vals = p.vals[:0]
+	p.out = p.appendParse(p.out[:0], name, rec, rec.types, noids)
+	p.push(owed{kind: owedHiddenParse})
+	_, err := ss.sw.Write(p.out)
+	return err
+}
+
+// sameTemplate reports whether a and b render the same text.
+func sameTemplate(a, b *plan.Template) bool {
+	if a == b {
+		return true
+	}
+	if a == nil || b == nil {
+		return false
+	}
+	return slices.Equal(a.Parts, b.Parts) && slices.EqualFunc(a.Slots, b.Slots, func(x, y plan.Slot) bool {
+		return x.Op == y.Op && x.Seq == y.Seq && x.Arg == y.Arg && x.Default == y.Default && x.Ext == y.Ext
+	})
+}

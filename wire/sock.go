@@ -1,0 +1,233 @@
+//go:build unix
+
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// sockReader is the reader under a pump's bufio.Reader when the connection
+// exposes its descriptor (TCP and Unix sockets, not TLS). Outside a poll it
+// reads like the connection. Inside one (frameReader.poll) it reads the
+// descriptor directly with a raw, non-blocking system call.
+//
+// It does not skip the read that fails with EAGAIN after a short read, as
+// an event loop with level-triggered readiness can: the runtime's poller is
+// edge-triggered, and a FIN or RST that arrived together with the last data
+// raises no new event, so a pump that waited without reading again would
+// never see the peer's close (TestPollReadError, TestPollEOFWithData).
+type sockReader struct {
+	conn    net.Conn
+	rc      syscall.RawConn
+	fd      int    // valid while polling
+	polling bool   // inside frameReader.poll
+	err     error  // a read error met while polling, returned by the next Read
+	pre     []byte // bytes buffered before the switch to this reader, returned first
+}
+
+// errPollExit is what sockReader returns to bufio while polling: the read
+// would block (EAGAIN) or failed (the error is kept in sockReader.err for
+// the blocking read that follows).
+var (
+	errWouldBlock = errors.New("read would block")
+	errPollExit   = errors.New("read error while polling")
+)
+
+// newSockReader returns a reader for c, or nil when c has no descriptor.
+// buffered is what the previous reader of c had buffered (copied).
+func newSockReader(c net.Conn, buffered []byte) *sockReader {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	s := &sockReader{conn: c, rc: rc}
+	if len(buffered) > 0 {
+		s.pre = append([]byte(nil), buffered...)
+	}
+	return s
+}
+
+func (s *sockReader) Read(p []byte) (int, error) {
+	if len(s.pre) > 0 {
+		n := copy(p, s.pre)
+		if s.pre = s.pre[n:]; len(s.pre) == 0 {
+			s.pre = nil
+		}
+		return n, nil
+	}
+	if s.err != nil {
+		err := s.err
+		s.err = nil
+		return 0, err
+	}
+	if !s.polling {
+		return s.conn.Read(p)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		// A raw system call: the socket does not block, so the goroutine
+		// keeps its P (see sockWriter.write).
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(s.fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		n := int(r)
+		switch {
+		case e == syscall.EINTR:
+			continue
+		case e == syscall.EAGAIN:
+			return 0, errWouldBlock
+		case e != 0:
+			s.err = opError("read", s.conn, e)
+			return 0, errPollExit
+		case n == 0:
+			s.err = io.EOF
+			return 0, errPollExit
+		}
+		return n, nil
+	}
+}
+
+func opError(op string, c net.Conn, e syscall.Errno) error {
+	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(),
+		Err: os.NewSyscallError(op, e)}
+}
+
+// sockWriter is the writer under a session's bufio.Writers when the
+// connection is a socket. It writes with raw system calls inside
+// RawConn.Write: a write to a non-blocking socket never blocks, but on a
+// loopback connection it runs the receiver's network stack and wakes the
+// receiver, which can take long enough for the runtime's sysmon to hand the
+// goroutine's P to another thread, waking one, for nothing; a raw system
+// call keeps the P. A full socket buffer (EAGAIN) waits in the network
+// poller as net.Conn.Write does.
+type sockWriter struct {
+	conn  net.Conn
+	rc    syscall.RawConn
+	f     func(fd uintptr) bool // w.write, bound once: no allocation per Write
+	p     []byte
+	n     int
+	errno syscall.Errno
+}
+
+// newSockWriter returns a writer for c, or nil when c has no descriptor.
+func newSockWriter(c net.Conn) *sockWriter {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	w := &sockWriter{conn: c, rc: rc}
+	w.f = w.write
+	return w
+}
+
+func (w *sockWriter) write(fd uintptr) bool {
+	for len(w.p) > 0 {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w.p[0])), uintptr(len(w.p)))
+		switch e {
+		case 0:
+			w.n += int(r)
+			w.p = w.p[int(r):]
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			w.errno = e
+			return true
+		}
+	}
+	return true
+}
+
+func (w *sockWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	w.p, w.n, w.errno = p, 0, 0
+	err := w.rc.Write(w.f)
+	n := w.n
+	w.p = nil
+	if w.errno != 0 {
+		return n, opError("write", w.conn, w.errno)
+	}
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	return n, err
+}
+
+// useSockWriter makes bw write to c through a sockWriter when c is a
+// socket. bw must have been flushed.
+func useSockWriter(bw *bufio.Writer, c net.Conn) {
+	if w := newSockWriter(c); w != nil {
+		bw.Reset(w)
+	}
+}
+
+// usePoll switches f to read c through a sockReader (see poll) when c is a
+// socket, keeping what f had buffered.
+func (f *frameReader) usePoll(c net.Conn) {
+	var buffered []byte
+	if n := f.r.Buffered(); n > 0 {
+		buffered, _ = f.r.Peek(n)
+	}
+	s := newSockReader(c, buffered)
+	if s == nil {
+		return
+	}
+	f.src = s
+	f.r.Reset(s)
+}
+
+// poll calls step for every message that arrives whole in the read buffer,
+// reading the socket with raw non-blocking system calls and waiting for
+// readiness in the runtime's network poller between arrivals, all inside
+// one RawConn.Read: no net.Conn.Read per arrival, and the goroutine keeps
+// its P during the reads (see sockWriter). It
+// returns step's first error, or nil when the caller must take the next
+// message the blocking way: one larger than the read buffer, a malformed or
+// oversized header, a read error (kept for that blocking read), or a
+// deadline or close of the connection. step must consume exactly the
+// message it is given.
+func (f *frameReader) poll(step func(typ byte) error) error {
+	s := f.src
+	var stepErr error
+	_ = s.rc.Read(func(fd uintptr) bool {
+		s.fd, s.polling = int(fd), true
+		defer func() { s.polling = false }()
+		for {
+			if b := f.r.Buffered(); b >= 5 {
+				h, _ := f.r.Peek(5)
+				l := int64(binary.BigEndian.Uint32(h[1:]))
+				if l < 4 || l > int64(f.max) || l+1 > int64(f.r.Size()) {
+					return true
+				}
+				if l+1 <= int64(b) {
+					typ, _, _ := f.next()
+					if stepErr = step(typ); stepErr != nil {
+						return true
+					}
+					continue
+				}
+			}
+			if _, err := f.r.Peek(f.r.Buffered() + 1); err != nil {
+				return err != errWouldBlock
+			}
+		}
+	})
+	return stepErr
+}
