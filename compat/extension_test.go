@@ -46,7 +46,7 @@ func TestCreateExtension(t *testing.T) {
 		"snowflake.nextval(regclass)", "snowflake.currval(regclass)", "snowflake.get_epoch(bigint)",
 		"snowflake.get_count(bigint)", "snowflake.get_node(bigint)", "snowflake.format(bigint)",
 		"snowflake.convert_sequence_to_snowflake(regclass)", "snowflake.convert_column_to_int8(regclass,smallint)",
-		"snowflake._currval(regclass,bigint)",
+		"snowflake._currval(regclass,bigint)", "snowflake.set_config(text,text,boolean)",
 	} {
 		if queryInt(t, c, "SELECT count(*) FROM pg_proc WHERE oid = to_regprocedure($1)", f) != 1 {
 			t.Fatalf("%s missing", f)
@@ -54,7 +54,10 @@ func TestCreateExtension(t *testing.T) {
 	}
 	var types string
 	if err := c.QueryRow(ctxT(t), `SELECT string_agg(p.proname || ':' || p.prorettype::regtype::text, ',' ORDER BY p.proname)
-		FROM pg_proc p WHERE p.pronamespace = 'snowflake'::regnamespace AND p.proname NOT LIKE '\_%'`).Scan(&types); err != nil {
+		FROM pg_proc p WHERE p.pronamespace = 'snowflake'::regnamespace AND p.proname NOT LIKE '\_%'
+		-- the proxy's guard for set_config('snowflake.node', ...), named so
+		-- that the result column keeps its name
+		AND p.proname <> 'set_config'`).Scan(&types); err != nil {
 		t.Fatal(err)
 	}
 	want := "convert_column_to_int8:integer,convert_sequence_to_snowflake:integer,currval:bigint,format:jsonb,get_count:integer,get_epoch:numeric,get_node:integer,nextval:bigint"

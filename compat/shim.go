@@ -68,6 +68,7 @@ func ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {
 		"{{CASCADE}}", sqlBool(opts.Cascade),
 		"{{VERSION}}", sqlText(opts.Version),
 		"{{SCHEMA}}", sqlText(opts.Schema),
+		"{{DROP_OTHERS}}", dropOthers(opts),
 	)
 	switch op {
 	case plan.CreateExtension:
@@ -79,6 +80,24 @@ func ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {
 	default:
 		return "", fmt.Errorf("compat: ExtensionSQL: op %d is not an extension statement", op)
 	}
+}
+
+// dropOthers is the statement that drops the other extensions a DROP
+// EXTENSION names besides snowflake (ExtensionOptions.Others, quoted
+// identifiers), with the same IF EXISTS and CASCADE; empty when none.
+func dropOthers(opts *plan.ExtensionOptions) string {
+	if len(opts.Others) == 0 {
+		return ""
+	}
+	stmt := "DROP EXTENSION "
+	if opts.IfExists {
+		stmt += "IF EXISTS "
+	}
+	stmt += strings.Join(opts.Others, ", ")
+	if opts.Cascade {
+		stmt += " CASCADE"
+	}
+	return "EXECUTE " + sqlText(stmt) + ";"
 }
 
 func sqlBool(b bool) string {

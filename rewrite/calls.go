@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
@@ -271,7 +272,39 @@ func (a *analyzer) callSlot(f *pg_query.FuncCall, name string) bool {
 		a.addEdit(edit{start: start, end: start, text: " "})
 	}
 	a.addEdit(edit{start: start, end: ts[close].end, isSlot: true, slot: slot})
+	if a.slotted == nil {
+		a.slotted = map[int32]bool{}
+	}
+	a.slotted[f.Location] = true
 	return true
+}
+
+// currvalAnywhere makes slots of the snowflake.currval calls of a DML
+// statement that are not slots yet: per-row positions, WHERE clauses,
+// subqueries. currval reads state and changes none, so evaluating it once
+// or per row gives the same value, and the shim's snowflake._currval
+// returns the later of its own session value and the proxy's (regression:
+// equivalence currval.sql, a currval next to a subquery went to the shim,
+// which knew nothing of IDs the fast path had issued, and said 55000).
+// DDL and PREPARE keep theirs: a hint baked into a default or a prepared
+// body would go stale.
+func (a *analyzer) currvalAnywhere(raw *pg_query.RawStmt) {
+	switch raw.Stmt.GetNode().(type) {
+	case *pg_query.Node_SelectStmt, *pg_query.Node_InsertStmt, *pg_query.Node_UpdateStmt,
+		*pg_query.Node_DeleteStmt, *pg_query.Node_MergeStmt:
+	default:
+		return
+	}
+	if raw.Stmt.GetSelectStmt().GetIntoClause() != nil {
+		return // SELECT INTO is DDL
+	}
+	walk(raw.ProtoReflect(), func(m protoreflect.Message) {
+		f, ok := m.Interface().(*pg_query.FuncCall)
+		if !ok || a.slotted[f.Location] || snowflakeFunc(f) != "currval" || !plainCall(f) {
+			return
+		}
+		a.callSlot(f, "currval")
+	})
 }
 
 // literalRegclass returns the value of an argument that is a string

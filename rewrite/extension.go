@@ -40,11 +40,25 @@ func (a *analyzer) createExtension(raw *pg_query.RawStmt, s *pg_query.CreateExte
 }
 
 func (a *analyzer) dropExtension(raw *pg_query.RawStmt, s *pg_query.DropStmt) string {
-	if s.RemoveType != pg_query.ObjectType_OBJECT_EXTENSION || len(s.Objects) != 1 ||
-		s.Objects[0].GetString_().GetSval() != extName {
+	if s.RemoveType != pg_query.ObjectType_OBJECT_EXTENSION {
 		return ""
 	}
 	o := &plan.ExtensionOptions{IfExists: s.MissingOk, Cascade: s.Behavior == pg_query.DropBehavior_DROP_CASCADE}
+	found := false
+	for _, obj := range s.Objects {
+		name := obj.GetString_().GetSval()
+		if name == extName && !found {
+			found = true
+			continue
+		}
+		// Regression (equivalence lifecycle.sql): DROP EXTENSION IF
+		// EXISTS snowflake, other went to the server as is and left the
+		// shim installed. The others are dropped by the same statement.
+		o.Others = append(o.Others, quoteIdent(name))
+	}
+	if !found {
+		return ""
+	}
 	return a.extensionSlot(raw, plan.DropExtension, o, "DROP EXTENSION")
 }
 

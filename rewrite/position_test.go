@@ -16,8 +16,8 @@ func TestSourcePosMapsBackToTheClientText(t *testing.T) {
 	r := New(Config{})
 	for _, c := range []struct {
 		sql, target string // the server reports the first occurrence of target in the rendered text
-		valid           bool
-		params          bool
+		valid       bool
+		params      bool
 	}{
 		{"SELECT snowflake.nextval('no_such_sequence')", "'no_such_sequence'", false, false},
 		{"SELECT snowflake.currval('no_such_sequence')", "'no_such_sequence'", false, false},

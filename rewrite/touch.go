@@ -136,7 +136,7 @@ func (a *analyzer) scanParamsAndCalls(raw *pg_query.RawStmt) plan.Touch {
 }
 
 // guardSetConfig routes set_config('snowflake.node', ...) to the shim's
-// snowflake._set_config, which refuses it as the extension refuses a
+// snowflake.set_config, which refuses it as the extension refuses a
 // non-superuser (the setting is superuser-only) and validates the value:
 // on a stock server snowflake.node is a mere placeholder anyone may set.
 // A name that is not a literal cannot be checked and stays with the server.
@@ -156,7 +156,7 @@ func (a *analyzer) guardSetConfig(f *pg_query.FuncCall) {
 }
 
 // setConfigGuard is the shim function guardSetConfig calls instead.
-const setConfigGuard = "snowflake._set_config"
+const setConfigGuard = "snowflake.set_config"
 
 // funcName is the last part of a function call's name.
 func funcName(f *pg_query.FuncCall) string {

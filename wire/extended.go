@@ -95,7 +95,7 @@ func (p *clientPump) parse() error {
 	}
 	p.out = p.appendParse(p.out[:0], name, rec, rest[2:], noids)
 	ss.cr.consume()
-	p.push(owed{kind: owedParse})
+	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, true)})
 	_, err = ss.sw.Write(p.out)
 	return err
 }

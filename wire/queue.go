@@ -33,6 +33,7 @@ type owed struct {
 	strip int              // owedDescribeStmt: injected parameters to hide
 	stmts []plan.Statement // command tags to rename (shared, read-only)
 	n     int              // owedQuery: CommandCompletes seen
+	pos   *posMap          // owedQuery, owedParse of a rewritten text: error cursors to map
 }
 
 // owedQueue is a FIFO of owed responses. It reuses its array: no

@@ -103,13 +103,23 @@ func (p *serverPump) handle(typ byte) error {
 		if isFatal(body) {
 			ss.sawFatal.Store(true)
 		}
+		var pm *posMap
 		if ss.track {
 			ss.mu.Lock()
-			if o := ss.q.front(); o != nil && o.kind.extended() {
-				// The server now skips to Sync; ready pops the rest.
-				ss.q.pop()
+			if o := ss.q.front(); o != nil {
+				pm = o.pos
+				if o.kind.extended() {
+					// The server now skips to Sync; ready pops the rest.
+					ss.q.pop()
+				}
 			}
 			ss.mu.Unlock()
+		}
+		if pm != nil {
+			if fixed, ok := pm.fixPosition(body); ok {
+				ss.sr.consume()
+				return p.write('E', fixed)
+			}
 		}
 		return ss.sr.pass(ss.cw)
 	case 'S':

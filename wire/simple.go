@@ -54,7 +54,7 @@ func (p *clientPump) query() error {
 	p.out = t.RenderLiteral(p.out, p.vals)
 	p.out = append(p.out, 0)
 	p.out = finishMsg(p.out, start)
-	p.push(owed{kind: owedQuery, stmts: pl.Statements})
+	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, false)})
 	p.forwardedQuery(pl)
 	_, err = ss.sw.Write(p.out)
 	return err

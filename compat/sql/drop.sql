@@ -1,6 +1,7 @@
 -- snowflake-proxy shim: DROP EXTENSION snowflake, as one DO statement run in
 -- the client's session and transaction. The placeholders IF_EXISTS and
--- CASCADE are true/false.
+-- CASCADE are true/false; DROP_OTHERS drops other extensions the statement
+-- names, or is empty.
 DO $sfshim$
 DECLARE
     v_owns boolean;
@@ -8,6 +9,9 @@ DECLARE
     v_n integer;
     v_msgs text;
 BEGIN
+    -- Other extensions named by the same DROP EXTENSION (one statement:
+    -- an error anywhere undoes all of it).
+    {{DROP_OTHERS}}
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'snowflake') THEN
         -- The real extension is installed: let PostgreSQL drop it.
         EXECUTE 'DROP EXTENSION snowflake' || CASE WHEN {{CASCADE}} THEN ' CASCADE' ELSE '' END;

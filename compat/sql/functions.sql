@@ -354,12 +354,14 @@ BEGIN
 END
 $fn$;
 
--- _set_config stands in for set_config('snowflake.node', v, is_local): the
--- proxy routes such calls here (rewrite/touch.go) because on a stock server
+-- snowflake.set_config stands in for set_config('snowflake.node', v, is_local): the
+-- proxy routes such calls here (rewrite/touch.go; the name keeps the
+-- result column named set_config, and pg_catalog.set_config still wins for
+-- unqualified calls, pg_catalog being searched first) because on a stock server
 -- snowflake.node is a placeholder anyone may set, while the extension
 -- declares it superuser-only (PostgreSQL 15: or GRANT SET ON PARAMETER),
 -- integer 0..1023. Other names pass through to set_config unchanged.
-CREATE OR REPLACE FUNCTION snowflake._set_config(setting_name text, new_value text, is_local boolean) RETURNS text
+CREATE OR REPLACE FUNCTION snowflake.set_config(setting_name text, new_value text, is_local boolean) RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$

@@ -60,6 +60,9 @@ type ExtensionOptions struct {
 	Cascade     bool   // CREATE/DROP ... CASCADE
 	Schema      string // CREATE ... SCHEMA x ("" when absent)
 	Version     string // CREATE ... VERSION 'v' / ALTER ... UPDATE TO 'v'
+	// Others are the other extensions a DROP EXTENSION names besides
+	// snowflake, as quoted identifiers: dropped in the same statement.
+	Others []string
 }
 
 // Template is SQL text with holes: Parts[0] Slot[0] Parts[1] ... Parts[n].
