@@ -106,6 +106,8 @@ func (a *analyzer) statement(raw *pg_query.RawStmt, only bool) plan.Statement {
 		a.withInserts(n.MergeStmt.WithClause)
 	case *pg_query.Node_VariableSetStmt:
 		st.Tag = a.setNode(raw, n.VariableSetStmt)
+	case *pg_query.Node_VariableShowStmt:
+		st.Tag = a.showNode(raw, n.VariableShowStmt)
 	case *pg_query.Node_CreateExtensionStmt:
 		st.Tag = a.createExtension(raw, n.CreateExtensionStmt)
 	case *pg_query.Node_DropStmt:

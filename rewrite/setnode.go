@@ -148,3 +148,21 @@ func dollarTag(body string) string {
 	}
 	return q
 }
+
+// showNode answers SHOW snowflake.node as the extension does when no node
+// is set anywhere: 0. On a stock server the setting is a placeholder that
+// does not exist until something sets it, and SHOW would fail with
+// "unrecognized configuration parameter". The SELECT gives the same column
+// (text, named snowflake.node) and the session renames its tag to SHOW.
+func (a *analyzer) showNode(raw *pg_query.RawStmt, s *pg_query.VariableShowStmt) string {
+	if !strings.EqualFold(s.Name, nodeGUC) {
+		return ""
+	}
+	start, end, ok := a.stmtSpan(raw)
+	if !ok {
+		return ""
+	}
+	a.addEdit(edit{start: start, end: end, text: `SELECT COALESCE(NULLIF(pg_catalog.current_setting('` + nodeGUC +
+		`', true), ''), '0') AS "` + nodeGUC + `"`})
+	return "SHOW"
+}

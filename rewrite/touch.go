@@ -125,6 +125,8 @@ func (a *analyzer) scanParamsAndCalls(raw *pg_query.RawStmt) plan.Touch {
 				a.guardSetConfig(x)
 			case "setval":
 				t |= plan.TouchSequence
+			case "current_setting":
+				a.guardCurrentSetting(x)
 			}
 			switch snowflakeFunc(x) {
 			case "nextval", "convert_sequence_to_snowflake":
@@ -153,6 +155,25 @@ func (a *analyzer) guardSetConfig(f *pg_query.FuncCall) {
 		return
 	}
 	a.addEdit(edit{start: int(f.Location), end: a.tokens()[open].start, text: setConfigGuard})
+}
+
+// guardCurrentSetting routes current_setting('snowflake.node') (without
+// missing_ok) to the shim's snowflake.current_setting, which reports 0 when
+// no node is set anywhere, as the extension's declared setting does; on a
+// stock server the placeholder does not exist then and the call fails.
+func (a *analyzer) guardCurrentSetting(f *pg_query.FuncCall) {
+	if len(f.Args) != 1 {
+		return
+	}
+	name, ok := f.Args[0].GetAConst().GetVal().(*pg_query.A_Const_Sval)
+	if !ok || !strings.EqualFold(strings.TrimSpace(name.Sval.GetSval()), nodeGUC) {
+		return
+	}
+	open, _, ok := a.callParens(int(f.Location))
+	if !ok {
+		return
+	}
+	a.addEdit(edit{start: int(f.Location), end: a.tokens()[open].start, text: "snowflake.current_setting"})
 }
 
 // setConfigGuard is the shim function guardSetConfig calls instead.

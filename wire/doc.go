@@ -13,6 +13,12 @@
 //   - client.go (client → server) and relay.go (server → client): the pumps.
 //   - frame.go: length-prefixed messages read with a bounded, reusable
 //     buffer; pass-through messages are copied raw, never decoded.
+//   - sock.go: on sockets the pumps read inside one RawConn.Read and write
+//     with raw non-blocking syscalls, so a write that wakes the peer does
+//     not hand the thread's P to another (sysmon); messages larger than the
+//     buffer, errors, deadlines and TLS take the blocking path.
+//   - position.go: error cursors in rewritten text mapped back to the
+//     client's text.
 //   - simple.go, extended.go: the two query protocols; queue.go: the FIFO
 //     of responses owed to the client; ids.go, mirror.go: generated values
 //     and the session state they depend on; local.go: answers the proxy

@@ -216,14 +216,7 @@ func (p *serverPump) hidden(typ byte) error {
 	case 'A':
 		return ss.sr.forward(ss.cw)
 	case 'S':
-		body, err := ss.sr.body()
-		if err != nil {
-			return err
-		}
-		ss.mu.Lock()
-		ss.noteParameter(body)
-		ss.mu.Unlock()
-		return ss.sr.pass(ss.cw)
+		return p.parameterStatus()
 	case 'D':
 		body, err := ss.sr.body()
 		if err != nil {

@@ -123,14 +123,7 @@ func (p *serverPump) handle(typ byte) error {
 		}
 		return ss.sr.pass(ss.cw)
 	case 'S':
-		body, err := ss.sr.body()
-		if err != nil {
-			return err
-		}
-		ss.mu.Lock()
-		ss.noteParameter(body)
-		ss.mu.Unlock()
-		return ss.sr.pass(ss.cw)
+		return p.parameterStatus()
 	}
 	if !ss.track {
 		return ss.sr.forward(ss.cw)
@@ -166,6 +159,20 @@ func (p *serverPump) handle(typ byte) error {
 		p.complete(owedExecute, 0)
 	}
 	return ss.sr.forward(ss.cw)
+}
+
+// parameterStatus notes a ParameterStatus (is_superuser, read-only
+// settings) and relays it.
+func (p *serverPump) parameterStatus() error {
+	ss := (*session)(p)
+	body, err := ss.sr.body()
+	if err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	ss.noteParameter(body)
+	ss.mu.Unlock()
+	return ss.sr.pass(ss.cw)
 }
 
 // complete pops the front entry when it is of kind a or b.

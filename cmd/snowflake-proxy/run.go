@@ -62,7 +62,11 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if o.node != 0 && (o.node < 1 || o.node > 1023) {
+	// 0 means "no node" only when the flag is absent: given explicitly
+	// (flag or environment) it must name a real node.
+	nodeGiven := m.Getenv("SNOWFLAKE_PROXY_NODE") != ""
+	fs.Visit(func(f *flag.Flag) { nodeGiven = nodeGiven || f.Name == "node" })
+	if nodeGiven && (o.node < 1 || o.node > 1023) {
 		return nil, fmt.Errorf("invalid --node %d: must be 1..1023", o.node)
 	}
 	if o.procs < 0 {

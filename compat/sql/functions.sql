@@ -395,6 +395,18 @@ BEGIN
 END
 $fn$;
 
+-- snowflake.current_setting stands in for current_setting('snowflake.node')
+-- (rewrite/touch.go): 0 when no node is set anywhere, as the extension's
+-- declared setting reports, where a stock server knows no such setting.
+CREATE OR REPLACE FUNCTION snowflake.current_setting(setting_name text) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE WHEN lower(btrim(setting_name)) = 'snowflake.node'
+                THEN COALESCE(NULLIF(current_setting('snowflake.node', true), ''), '0')
+                ELSE current_setting(setting_name) END
+$fn$;
+
 -- convert_column_to_int8 changes a column to int8 when it is not, and the
 -- columns of foreign keys that reference it; returns how many it altered.
 CREATE OR REPLACE FUNCTION snowflake.convert_column_to_int8(p_rel regclass, p_attnum smallint) RETURNS integer

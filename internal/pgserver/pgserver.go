@@ -81,8 +81,15 @@ func FindBinDir() (string, error) {
 		}
 		return true
 	}
-	if p, err := exec.LookPath("initdb"); err == nil && has(filepath.Dir(p)) {
-		return filepath.Dir(p), nil
+	if p, err := exec.LookPath("initdb"); err == nil {
+		// Debian-style installs link initdb into PATH: the directory that
+		// also holds pg_dump and friends is the link's target.
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		if has(filepath.Dir(p)) {
+			return filepath.Dir(p), nil
+		}
 	}
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		if d := strings.TrimSpace(string(out)); has(d) {

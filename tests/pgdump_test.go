@@ -1,0 +1,82 @@
+package tests
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+)
+
+// A pg_dump of a database that uses snowflake defaults (a snowflake column
+// and a serial converted with convert_sequence_to_snowflake) restores into
+// a fresh database, and a proxy in front of the restored database issues
+// only IDs larger than every ID of the original (issue 3).
+func TestPgDumpRestoreIssuesLargerIDs(t *testing.T) {
+	e := newEnv(t, 3)
+	e.installExtension(t)
+	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
+	mustRun(t, conn, "CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake.nextval(), item text)")
+	mustRun(t, conn, "CREATE TABLE legacy (id serial PRIMARY KEY, v text)")
+	mustRun(t, conn, "INSERT INTO legacy (v) SELECT 'old' || g FROM generate_series(1, 5) g")
+	if n := mustInt64(t, conn, "SELECT snowflake.convert_sequence_to_snowflake('legacy_id_seq')"); n != 1 {
+		t.Fatalf("convert_sequence_to_snowflake returned %d, want 1", n)
+	}
+	for i := 0; i < 20; i++ {
+		mustRun(t, conn, "INSERT INTO orders (item) VALUES ($1)", "fast"+strconv.Itoa(i))
+		mustRun(t, conn, "INSERT INTO legacy (v) VALUES ($1)", "new"+strconv.Itoa(i))
+	}
+	mustRun(t, conn, "INSERT INTO orders (item) SELECT 'shim' || g FROM generate_series(1, 20) g")
+	maxOrders := mustInt64(t, conn, "SELECT max(id) FROM orders")
+	maxLegacy := mustInt64(t, conn, "SELECT max(id) FROM legacy")
+
+	dump := filepath.Join(t.TempDir(), "dump.sql")
+	pgDump := exec.Command(filepath.Join(e.srv.BinDir(), "pg_dump"), "-h", "127.0.0.1",
+		"-p", strconv.Itoa(e.srv.Port()), "-U", "postgres", "-f", dump, e.db)
+	if out, err := pgDump.CombinedOutput(); err != nil {
+		t.Fatalf("pg_dump: %v: %s", err, out)
+	}
+	restored := pgtest.NewDatabase(t, e.srv)
+	psql := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
+		"-p", strconv.Itoa(e.srv.Port()), "-U", "postgres", "-d", restored, "-f", dump)
+	if out, err := psql.CombinedOutput(); err != nil {
+		t.Fatalf("restore: %v: %s", err, out)
+	}
+
+	// A proxy in front of the restored database (the first one is closed:
+	// a fresh process, as after moving the data).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.closeProxy(t, ctx)
+	r := &testEnv{srv: e.srv, db: restored, node: 3, app: startProxy(t, e.srv, 3, "127.0.0.1:0")}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.closeProxy(t, ctx)
+	})
+	rc := r.connect(t, pgx.QueryExecModeCacheStatement)
+	if got := mustInt64(t, rc, "SELECT count(*) FROM orders"); got != 40 {
+		t.Fatalf("restored orders: %d rows, want 40", got)
+	}
+	for i := 0; i < 20; i++ {
+		if id := mustInt64(t, rc, "INSERT INTO orders (item) VALUES ($1) RETURNING id", "after"+strconv.Itoa(i)); id <= maxOrders {
+			t.Fatalf("restored database: new orders id %d not above the original's max %d", id, maxOrders)
+		}
+		if id := mustInt64(t, rc, "INSERT INTO legacy (v) VALUES ($1) RETURNING id", "after"+strconv.Itoa(i)); id <= maxLegacy {
+			t.Fatalf("restored database: new legacy id %d not above the original's max %d", id, maxLegacy)
+		}
+	}
+	for _, id := range mustInt64s(t, rc, "SELECT snowflake.nextval() FROM generate_series(1, 10)") {
+		if id <= maxOrders {
+			t.Fatalf("restored database: shim id %d not above %d", id, maxOrders)
+		}
+	}
+	if got := mustInt64(t, rc, "SELECT count(DISTINCT id) FROM orders"); got != 60 {
+		t.Fatalf("orders ids not distinct: %d distinct of 60", got)
+	}
+}
