@@ -119,15 +119,14 @@ func (a *analyzer) scanParamsAndCalls(raw *pg_query.RawStmt) plan.Touch {
 				a.p.MaxParam = int(x.Number)
 			}
 		case *pg_query.FuncCall:
-			switch funcName(x) {
+			name := funcName(x)
+			switch name {
 			case "set_config":
 				t |= plan.TouchNode | plan.TouchSearchPath | plan.TouchRole
-				a.guardSetConfig(x)
 			case "setval":
 				t |= plan.TouchSequence
-			case "current_setting":
-				a.guardCurrentSetting(x)
 			}
+			a.routeNodeCall(x, name)
 			switch snowflakeFunc(x) {
 			case "nextval", "convert_sequence_to_snowflake":
 				a.issuing++
@@ -137,47 +136,42 @@ func (a *analyzer) scanParamsAndCalls(raw *pg_query.RawStmt) plan.Touch {
 	return t
 }
 
-// guardSetConfig routes set_config('snowflake.node', ...) to the shim's
-// snowflake.set_config, which refuses it as the extension refuses a
-// non-superuser (the setting is superuser-only) and validates the value:
-// on a stock server snowflake.node is a mere placeholder anyone may set.
-// A name that is not a literal cannot be checked and stays with the server.
-func (a *analyzer) guardSetConfig(f *pg_query.FuncCall) {
-	if len(f.Args) != 3 {
+// nodeCallRoutes are the shim functions that stand in for calls about
+// snowflake.node, by the name of the built-in and its argument count:
+//   - set_config('snowflake.node', v, local): snowflake.set_config refuses
+//     it as the extension refuses a non-superuser (the setting is
+//     superuser-only) and validates the value; on a stock server the
+//     setting is a mere placeholder anyone may set.
+//   - current_setting('snowflake.node') (without missing_ok):
+//     snowflake.current_setting reports 0 when no node is set anywhere, as
+//     the extension's declared setting does; a stock server knows no such
+//     setting then and the call fails.
+var nodeCallRoutes = map[string]struct {
+	args int
+	to   string
+}{
+	"set_config":      {3, "snowflake.set_config"},
+	"current_setting": {1, "snowflake.current_setting"},
+}
+
+// routeNodeCall replaces the name of a nodeCallRoutes call whose first
+// argument is the literal 'snowflake.node'. A name that is not a literal
+// cannot be checked and stays with the server.
+func (a *analyzer) routeNodeCall(f *pg_query.FuncCall, name string) {
+	r, ok := nodeCallRoutes[name]
+	if !ok || len(f.Args) != r.args {
 		return
 	}
-	name, ok := f.Args[0].GetAConst().GetVal().(*pg_query.A_Const_Sval)
-	if !ok || !strings.EqualFold(strings.TrimSpace(name.Sval.GetSval()), nodeGUC) {
+	setting, ok := f.Args[0].GetAConst().GetVal().(*pg_query.A_Const_Sval)
+	if !ok || !strings.EqualFold(strings.TrimSpace(setting.Sval.GetSval()), nodeGUC) {
 		return
 	}
 	open, _, ok := a.callParens(int(f.Location))
 	if !ok {
 		return
 	}
-	a.addEdit(edit{start: int(f.Location), end: a.tokens()[open].start, text: setConfigGuard})
+	a.addEdit(edit{start: int(f.Location), end: a.tokens()[open].start, text: r.to})
 }
-
-// guardCurrentSetting routes current_setting('snowflake.node') (without
-// missing_ok) to the shim's snowflake.current_setting, which reports 0 when
-// no node is set anywhere, as the extension's declared setting does; on a
-// stock server the placeholder does not exist then and the call fails.
-func (a *analyzer) guardCurrentSetting(f *pg_query.FuncCall) {
-	if len(f.Args) != 1 {
-		return
-	}
-	name, ok := f.Args[0].GetAConst().GetVal().(*pg_query.A_Const_Sval)
-	if !ok || !strings.EqualFold(strings.TrimSpace(name.Sval.GetSval()), nodeGUC) {
-		return
-	}
-	open, _, ok := a.callParens(int(f.Location))
-	if !ok {
-		return
-	}
-	a.addEdit(edit{start: int(f.Location), end: a.tokens()[open].start, text: "snowflake.current_setting"})
-}
-
-// setConfigGuard is the shim function guardSetConfig calls instead.
-const setConfigGuard = "snowflake.set_config"
 
 // funcName is the last part of a function call's name.
 func funcName(f *pg_query.FuncCall) string {
