@@ -21,8 +21,8 @@
 //     client's text.
 //   - simple.go, extended.go: the two query protocols; queue.go: the FIFO
 //     of responses owed to the client; ids.go, mirror.go: generated values
-//     and the session state they depend on; local.go: answers the proxy
-//     gives without the server; errors.go: typed errors and SQLSTATEs.
+//     and the session state they depend on; local.go, extlocal.go: answers
+//     the proxy gives without the server; errors.go: typed errors and SQLSTATEs.
 //
 // # Session lifecycle
 //
@@ -83,6 +83,14 @@
 // format; a Describe of it hides the extra parameters from the
 // ParameterDescription. Records of statements and portals (named and
 // unnamed) follow Parse, Bind, Close, DEALLOCATE and DISCARD ALL.
+//
+// A Bind of a plan.Local statement whose Parse the server confirmed is
+// answered by the proxy (extlocal.go) together with the Describe (portal),
+// Execute and Sync buffered right after it: BindComplete, RowDescription,
+// DataRow (text or binary int8), CommandComplete and ReadyForQuery, as the
+// server would send them, under the conditions of the simple protocol plus
+// the unnamed portal, no parameters, and a row limit that ends the portal.
+// Parse and Describe of statements stay with the server.
 //
 // # Generated values and the mirror (ids.go, mirror.go)
 //

@@ -22,6 +22,9 @@ type stmtRec struct {
 	// shimDefaults: snowflake defaults of the INSERT may run in the
 	// server's shim (targets unknown when the template was chosen).
 	shimDefaults bool
+	// parsed: the server confirmed the Parse of this record with
+	// ParseComplete (guarded by session.mu; set by the server pump).
+	parsed bool
 }
 
 func (p *clientPump) stmt(name []byte) *stmtRec {
@@ -95,7 +98,7 @@ func (p *clientPump) parse() error {
 	}
 	p.out = p.appendParse(p.out[:0], name, rec, rest[2:], noids)
 	ss.cr.consume()
-	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, true)})
+	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, true), rec: rec})
 	_, err = ss.sw.Write(p.out)
 	return err
 }
@@ -145,6 +148,7 @@ func (p *clientPump) bind() error {
 	portal, rest, ok1 := cstring(body)
 	stmt, rest, ok2 := cstring(rest)
 	var rec *stmtRec
+	portalWasLive := p.portalLive
 	if ok1 && ok2 {
 		rec = p.stmt(stmt)
 		p.setPortal(portal, rec, true)
@@ -184,8 +188,13 @@ func (p *clientPump) bind() error {
 		return ss.cr.pass(ss.sw)
 	}
 	bin := nf == 1 && binaryAt(rest, pos)
-	p.values(rec.t, true, true)
+	allValid, _ := p.values(rec.t, true, true)
 	p.noteShimSlots(rec.t)
+	if allValid && rec.pl.Local != nil && len(portal) == 0 {
+		if done, err := p.bindLocally(rec, rest, nf, pos, np, end, portalWasLive); done || err != nil {
+			return err
+		}
+	}
 	var start int
 	p.out, start = appendHeader(p.out[:0], 'B')
 	p.out = append(p.out, body[:len(portal)+len(stmt)+2]...)

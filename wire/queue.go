@@ -34,6 +34,7 @@ type owed struct {
 	stmts []plan.Statement // command tags to rename (shared, read-only)
 	n     int              // owedQuery: CommandCompletes seen
 	pos   *posMap          // owedQuery, owedParse of a rewritten text: error cursors to map
+	rec   *stmtRec         // owedParse: the record its ParseComplete confirms
 }
 
 // owedQueue is a FIFO of owed responses. It reuses its array: no

@@ -147,7 +147,7 @@ func (p *serverPump) handle(typ byte) error {
 		if p.swallow(owedHiddenParse) {
 			return ss.sr.skip()
 		}
-		p.complete(owedParse, 0)
+		p.parseComplete()
 	case '2':
 		p.complete(owedBind, 0)
 	case '3':
@@ -180,6 +180,20 @@ func (p *serverPump) complete(a, b owedKind) {
 	ss := (*session)(p)
 	ss.mu.Lock()
 	if o := ss.q.front(); o != nil && (o.kind == a || o.kind == b) {
+		ss.q.pop()
+	}
+	ss.mu.Unlock()
+}
+
+// parseComplete pops an owedParse entry and marks its record as known to
+// the server (extlocal.go answers only for statements the server has).
+func (p *serverPump) parseComplete() {
+	ss := (*session)(p)
+	ss.mu.Lock()
+	if o := ss.q.front(); o != nil && o.kind == owedParse {
+		if o.rec != nil {
+			o.rec.parsed = true
+		}
 		ss.q.pop()
 	}
 	ss.mu.Unlock()

@@ -46,6 +46,10 @@ func (p *clientPump) query() error {
 	ss.cr.consume()
 	if pl.Local != nil && allValid {
 		if done, err := p.answerLocally(pl); done || err != nil {
+			// For the client the Query destroyed the unnamed statement and
+			// portal; the server still has them (stmtLive, portalLive), so
+			// a later Bind of them must not be answered locally.
+			p.unnamed, p.unnamedPortal = nil, nil
 			return err
 		}
 	}
