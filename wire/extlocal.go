@@ -2,7 +2,6 @@ package wire
 
 import (
 	"encoding/binary"
-	"strconv"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
@@ -125,55 +124,8 @@ func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int
 // Execute, Sync of a one-row SELECT of int8 columns, with the Bind's result
 // format codes (none: text; one: for all columns; else one per column).
 func appendExtLocalAnswer(dst []byte, cols []string, vals []plan.Value, formats []byte, describe bool, status byte) []byte {
-	binaryCol := func(i int) bool {
-		switch len(formats) / 2 {
-		case 0:
-			return false
-		case 1:
-			return formats[1] == 1
-		}
-		return formats[2*i+1] == 1
-	}
 	var start int
-	dst, start = appendHeader(dst, '2')
+	dst, start = appendHeader(dst, '2') // BindComplete
 	dst = finishMsg(dst, start)
-	if describe {
-		dst, start = appendHeader(dst, 'T')
-		dst = append16(dst, len(cols))
-		for i, c := range cols {
-			dst = append(dst, c...)
-			dst = append(dst, 0)
-			dst = append32(dst, 0) // table OID
-			dst = append16(dst, 0) // attribute number
-			dst = append32(dst, int8OID)
-			dst = append16(dst, int8Size)
-			dst = append32(dst, -1) // type modifier
-			if binaryCol(i) {
-				dst = append16(dst, 1)
-			} else {
-				dst = append16(dst, 0)
-			}
-		}
-		dst = finishMsg(dst, start)
-	}
-	dst, start = appendHeader(dst, 'D')
-	dst = append16(dst, len(vals))
-	for i, v := range vals {
-		if binaryCol(i) {
-			dst = append32(dst, int8Size)
-			dst = binaryAppendInt64(dst, v.ID)
-			continue
-		}
-		at := len(dst)
-		dst = append32(dst, 0)
-		dst = strconv.AppendInt(dst, v.ID, 10)
-		binaryPut32(dst[at:], len(dst)-at-4)
-	}
-	dst = finishMsg(dst, start)
-	dst, start = appendHeader(dst, 'C')
-	dst = append(dst, "SELECT 1\x00"...)
-	dst = finishMsg(dst, start)
-	dst, start = appendHeader(dst, 'Z')
-	dst = append(dst, status)
-	return finishMsg(dst, start)
+	return appendInt8Result(dst, cols, vals, formats, describe, status)
 }

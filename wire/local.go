@@ -44,30 +44,49 @@ func (p *clientPump) answerLocally(pl *plan.Plan) (done bool, err error) {
 	return true, nil
 }
 
-// appendLocalAnswer encodes the answer to a one-row SELECT of int8 columns.
+// appendLocalAnswer encodes the answer to a Query of a one-row SELECT of
+// int8 columns (text format, as the simple protocol always is).
 func appendLocalAnswer(dst []byte, cols []string, vals []plan.Value, status byte) []byte {
+	return appendInt8Result(dst, cols, vals, nil, true, status)
+}
+
+// appendInt8Result encodes the result of a one-row SELECT of int8 columns:
+// RowDescription (when describe), DataRow, CommandComplete "SELECT 1" and
+// ReadyForQuery. formats are Bind result format codes as sent (none: text;
+// one: for all columns; else one per column).
+func appendInt8Result(dst []byte, cols []string, vals []plan.Value, formats []byte, describe bool, status byte) []byte {
 	var start int
-	dst, start = appendHeader(dst, 'T')
-	dst = append16(dst, len(cols))
-	for _, c := range cols {
-		dst = append(dst, c...)
-		dst = append(dst, 0)
-		dst = append32(dst, 0) // table OID
-		dst = append16(dst, 0) // attribute number
-		dst = append32(dst, int8OID)
-		dst = append16(dst, int8Size)
-		dst = append32(dst, -1) // type modifier
-		dst = append16(dst, 0)  // text format
+	if describe {
+		dst, start = appendHeader(dst, 'T')
+		dst = append16(dst, len(cols))
+		for i, c := range cols {
+			dst = append(dst, c...)
+			dst = append(dst, 0)
+			dst = append32(dst, 0) // table OID
+			dst = append16(dst, 0) // attribute number
+			dst = append32(dst, int8OID)
+			dst = append16(dst, int8Size)
+			dst = append32(dst, -1) // type modifier
+			if binaryFormat(formats, i) {
+				dst = append16(dst, 1)
+			} else {
+				dst = append16(dst, 0)
+			}
+		}
+		dst = finishMsg(dst, start)
 	}
-	dst = finishMsg(dst, start)
 	dst, start = appendHeader(dst, 'D')
 	dst = append16(dst, len(vals))
-	for _, v := range vals {
+	for i, v := range vals {
+		if binaryFormat(formats, i) {
+			dst = append32(dst, int8Size)
+			dst = binaryAppendInt64(dst, v.ID)
+			continue
+		}
 		at := len(dst)
 		dst = append32(dst, 0)
 		dst = strconv.AppendInt(dst, v.ID, 10)
-		l := len(dst) - at - 4
-		dst[at], dst[at+1], dst[at+2], dst[at+3] = byte(l>>24), byte(l>>16), byte(l>>8), byte(l)
+		binaryPut32(dst[at:], len(dst)-at-4)
 	}
 	dst = finishMsg(dst, start)
 	dst, start = appendHeader(dst, 'C')
@@ -76,6 +95,18 @@ func appendLocalAnswer(dst []byte, cols []string, vals []plan.Value, status byte
 	dst, start = appendHeader(dst, 'Z')
 	dst = append(dst, status)
 	return finishMsg(dst, start)
+}
+
+// binaryFormat reports whether column i is sent in binary under the Bind
+// result format codes formats (2 bytes each).
+func binaryFormat(formats []byte, i int) bool {
+	switch len(formats) / 2 {
+	case 0:
+		return false
+	case 1:
+		return formats[1] == 1
+	}
+	return formats[2*i+1] == 1
 }
 
 func append16(dst []byte, v int) []byte { return append(dst, byte(v>>8), byte(v)) }
