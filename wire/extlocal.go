@@ -111,13 +111,7 @@ func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int
 	_, _ = ss.cr.r.Discard(g.n)
 	p.setPortal(nil, nil, false)
 	ss.srv.stats.local.Add(1)
-	if _, err := ss.cw.Write(p.out); err != nil {
-		return true, &Error{Kind: KindClientIO, Message: "write", Err: err}
-	}
-	if err := ss.cw.Flush(); err != nil {
-		return true, &Error{Kind: KindClientIO, Message: "write", Err: err}
-	}
-	return true, nil
+	return true, p.sendLocal()
 }
 
 // appendExtLocalAnswer encodes the answer to Bind, [Describe portal],

@@ -35,13 +35,20 @@ func (p *clientPump) answerLocally(pl *plan.Plan) (done bool, err error) {
 	}
 	p.out = appendLocalAnswer(p.out[:0], pl.Local.Columns, p.vals, status)
 	ss.srv.stats.local.Add(1)
+	return true, p.sendLocal()
+}
+
+// sendLocal writes a local answer built in p.out to the client at once
+// (the caller holds wmu).
+func (p *clientPump) sendLocal() error {
+	ss := (*session)(p)
 	if _, err := ss.cw.Write(p.out); err != nil {
-		return true, &Error{Kind: KindClientIO, Message: "write", Err: err}
+		return &Error{Kind: KindClientIO, Message: "write", Err: err}
 	}
 	if err := ss.cw.Flush(); err != nil {
-		return true, &Error{Kind: KindClientIO, Message: "write", Err: err}
+		return &Error{Kind: KindClientIO, Message: "write", Err: err}
 	}
-	return true, nil
+	return nil
 }
 
 // appendLocalAnswer encodes the answer to a Query of a one-row SELECT of

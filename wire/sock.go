@@ -40,15 +40,25 @@ var (
 	errPollExit   = errors.New("read error while polling")
 )
 
-// newSockReader returns a reader for c, or nil when c has no descriptor.
-// buffered is what the previous reader of c had buffered (copied).
-func newSockReader(c net.Conn, buffered []byte) *sockReader {
+// syscallConn returns c's syscall.RawConn, or nil when c has no descriptor
+// (a TLS connection, a test pipe).
+func syscallConn(c net.Conn) syscall.RawConn {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// newSockReader returns a reader for c, or nil when c has no descriptor.
+// buffered is what the previous reader of c had buffered (copied).
+func newSockReader(c net.Conn, buffered []byte) *sockReader {
+	rc := syscallConn(c)
+	if rc == nil {
 		return nil
 	}
 	s := &sockReader{conn: c, rc: rc}
@@ -122,12 +132,8 @@ type sockWriter struct {
 
 // newSockWriter returns a writer for c, or nil when c has no descriptor.
 func newSockWriter(c net.Conn) *sockWriter {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := syscallConn(c)
+	if rc == nil {
 		return nil
 	}
 	w := &sockWriter{conn: c, rc: rc}
