@@ -159,7 +159,10 @@ func TestServiceAndShimInterleave(t *testing.T) {
 				if _, n, _ := generator.Decompose(id); n != 5 {
 					t.Errorf("node %d", n)
 				}
-				_ = last
+				if id <= last {
+					t.Errorf("fast path not increasing in one goroutine: %d after %d", id, last)
+				}
+				last = id
 				add(id, "fast")
 				if i%500 == 0 {
 					time.Sleep(50 * time.Millisecond) // let leases expire and renew
