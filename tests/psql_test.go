@@ -27,7 +27,7 @@ var update = flag.Bool("update", false, "rewrite the golden .out files of the ps
 func TestPsqlScripts(t *testing.T) {
 	psql, err := exec.LookPath("psql")
 	if err != nil {
-		t.Skip("psql not installed: these tests need the PostgreSQL client (e.g. apt-get install postgresql-client)")
+		t.Fatal("psql not installed: these tests need the PostgreSQL client (e.g. apt-get install postgresql-client; .ci/run installs it)")
 	}
 	scripts, err := filepath.Glob(filepath.Join("testdata", "psql", "*.sql"))
 	if err != nil || len(scripts) == 0 {
