@@ -77,6 +77,33 @@ func (a *allocator) next(ctx context.Context) (int64, error) {
 	}
 }
 
+// tryNext is next without waiting: ok is false when next would wait for a
+// lease (a fence pending, or the lease used up), and the renewal it would
+// wait for has been started.
+func (a *allocator) tryNext() (int64, bool, error) {
+	if a.fenceWant.Load() != a.fenceDone.Load() {
+		_, err := a.start(0)
+		return 0, false, err
+	}
+	now := a.g.clock.NowMs()
+	for {
+		hi := a.hi.Load()
+		last := a.last.Load()
+		p := Next(last, now, a.inc.Load())
+		if p > hi {
+			_, err := a.start(p)
+			return 0, false, err
+		}
+		if !a.last.CompareAndSwap(last, p) {
+			continue
+		}
+		if now+a.g.renewBeforeMs >= hi>>CountBits && !a.renewing.Load() {
+			a.renewSoon(now)
+		}
+		return p, true, nil
+	}
+}
+
 // awaitFence waits for a renewal that started after fence number want was
 // requested, so that its lease reflects everything issued before the fence.
 // A renewal already in flight may have asked the store too early: then

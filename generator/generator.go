@@ -127,6 +127,26 @@ func (g *Generator) Next(ctx context.Context, key Key) (int64, error) {
 	return IDAt(pos, key.Node), nil
 }
 
+// TryNext is Next without waiting, for callers that must not block (an
+// event loop): ok is false when Next would wait for a lease renewal, which
+// has then been started, so that a later call is likely to succeed.
+func (g *Generator) TryNext(key Key) (id int64, ok bool, err error) {
+	if g.closed.Load() {
+		return 0, false, ErrClosed
+	}
+	a := g.allocs.Load().get(key)
+	if a == nil {
+		if a, err = g.allocator(key); err != nil {
+			return 0, false, err
+		}
+	}
+	pos, ok, err := a.tryNext()
+	if !ok || err != nil {
+		return 0, false, err
+	}
+	return IDAt(pos, key.Node), true, nil
+}
+
 // Fence makes the next Next of every Key of database (of sequence seq only,
 // when seq is not 0) wait for a lease renewal that starts after this call.
 // The store's high-water then reflects every position issued before the
