@@ -154,6 +154,33 @@ func (s *Service) Nextval(ctx context.Context, database string, seq uint32, node
 	return id, nil
 }
 
+// TryNextval implements wire.Snowflakes: Nextval without waiting; ok is
+// false while the node claim is not settled or a lease is being renewed.
+func (s *Service) TryNextval(database string, seq uint32, node int) (int64, bool, error) {
+	if node == s.cfg.Node && node != 0 {
+		c, err := s.claim(database)
+		if err != nil {
+			return 0, false, err
+		}
+		select {
+		case <-c.ready:
+		default:
+			return 0, false, nil
+		}
+		c.mu.Lock()
+		err = c.err
+		c.mu.Unlock()
+		if err != nil {
+			return 0, false, err
+		}
+	}
+	id, ok, err := s.gen.TryNext(generator.Key{Database: database, Seq: seq, Node: node})
+	if err != nil {
+		return 0, false, fmt.Errorf("compat: nextval %s/%d node %d: %w", database, seq, node, err)
+	}
+	return id, ok, nil
+}
+
 // Fence implements wire.Snowflakes: the next fast-path ID of every
 // sequence of database (of seq only, when not 0) comes from a fresh lease
 // that starts above what other paths issued meanwhile. With external set,

@@ -108,6 +108,7 @@ type fakeSnowflakes struct {
 	fail   atomic.Bool
 	epoch  atomic.Uint64
 	fences atomic.Int64
+	wait   atomic.Bool // TryNextval reports that Nextval would wait
 }
 
 func (f *fakeSnowflakes) Nextval(ctx context.Context, db string, seq uint32, node int) (int64, error) {
@@ -116,6 +117,14 @@ func (f *fakeSnowflakes) Nextval(ctx context.Context, db string, seq uint32, nod
 	}
 	f.calls.Add(1)
 	return f.next.Add(1)<<12 | int64(node), nil
+}
+
+func (f *fakeSnowflakes) TryNextval(db string, seq uint32, node int) (int64, bool, error) {
+	if f.wait.Load() {
+		return 0, false, nil
+	}
+	id, err := f.Nextval(context.Background(), db, seq, node)
+	return id, err == nil, err
 }
 
 // CatalogEpoch reports epoch (0 until a test sets it: defaults stay with

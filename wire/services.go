@@ -29,6 +29,11 @@ type Snowflakes interface {
 	// then lets the server's shim produce the value or the error. Errors
 	// are logged, never shown to the client.
 	Nextval(ctx context.Context, database string, seq uint32, node int) (int64, error)
+	// TryNextval is Nextval for the event loop's thread, which must never
+	// wait: ok is false (and err nil) when Nextval would have to wait, for
+	// a lease or anything else; the session then continues on its
+	// goroutines, which call Nextval.
+	TryNextval(database string, seq uint32, node int) (id int64, ok bool, err error)
 	// ExtensionSQL returns one SQL statement (a DO block) that performs the
 	// extension statement op in the client's own session and transaction.
 	ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error)
