@@ -10,13 +10,13 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// loopReader repeats a byte stream forever.
-type loopReader struct {
+// repeatReader repeats a byte stream forever.
+type repeatReader struct {
 	data []byte
 	off  int
 }
 
-func (r *loopReader) Read(p []byte) (int, error) {
+func (r *repeatReader) Read(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
 		k := copy(p[n:], r.data[r.off:])
@@ -64,7 +64,7 @@ func BenchmarkRelayServerToClient(b *testing.B) {
 			name = "tracked"
 		}
 		b.Run(name, func(b *testing.B) {
-			ss := benchSession(track, &loopReader{data: stream})
+			ss := benchSession(track, &repeatReader{data: stream})
 			p := (*serverPump)(ss)
 			b.ReportAllocs()
 			b.SetBytes(int64(len(stream) / 4))
@@ -97,7 +97,7 @@ func BenchmarkRelayClientToServer(b *testing.B) {
 			name = "tracked"
 		}
 		b.Run(name, func(b *testing.B) {
-			ss := benchSession(track, &loopReader{data: stream})
+			ss := benchSession(track, &repeatReader{data: stream})
 			p := (*clientPump)(ss)
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {

@@ -15,7 +15,9 @@ func (p *clientPump) run(done chan<- pumpResult) {
 	ss := (*session)(p)
 	defer ss.srv.wg.Done()
 	err := p.loop()
-	ss.clientGone.Store(true)
+	if err != errWantLoop {
+		ss.clientGone.Store(true)
+	}
 	done <- pumpResult{fromClient: true, err: err}
 }
 
@@ -24,6 +26,12 @@ var errTerminate = errors.New("terminate")
 
 func (p *clientPump) loop() error {
 	ss := (*session)(p)
+	if x := ss.loopErr; x.client && x.err != nil {
+		if x.err == errPumpDone {
+			return nil
+		}
+		return x.err
+	}
 	for {
 		if ss.cr.src != nil {
 			if err := ss.cr.poll(p.step); err != nil {
@@ -49,10 +57,17 @@ func (p *clientPump) loop() error {
 // errPumpDone ends a pump without error (after the client's Terminate).
 var errPumpDone = errors.New("pump done")
 
+// errHandover is what a step returns on the event loop's thread, before
+// changing anything, when the message needs what only the pumps may do:
+// wait (hidden queries, leases, Snowflakes calls), or end the session. The
+// message stays buffered for the pump to take from the start.
+var errHandover = errors.New("continue in the pumps")
+
 // step forwards or dispatches one client message whose header next has
 // read, and flushes to the server when no more client input is buffered.
 func (p *clientPump) step(typ byte) error {
 	ss := (*session)(p)
+	ss.msgs.Add(1)
 	var err error
 	if ss.track {
 		err = p.dispatch(typ)

@@ -97,6 +97,10 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) *plan.Template
 		}
 	}
 	if len(missing) > 0 && safe && hiddenOK {
+		if ss.inLoop.Load() {
+			p.wouldWait = true // a hidden query waits for the server
+			return pl.Template
+		}
 		p.refresh(nil, missing)
 		if status == 'T' && m.isolation != "read committed" {
 			for _, name := range missing {

@@ -17,6 +17,11 @@
 //     with raw non-blocking syscalls, so a write that wakes the peer does
 //     not hand the thread's P to another (sysmon); messages larger than the
 //     buffer, errors, deadlines and TLS take the blocking path.
+//   - loop.go, loop_linux.go, loopsession_linux.go: event loops that
+//     relay sessions on a few locked threads with level-triggered epoll,
+//     running the pumps' steps, until a step would wait; the session then
+//     continues on its pumps, and returns to the loop when both pumps wait
+//     for input.
 //   - position.go: error cursors in rewritten text mapped back to the
 //     client's text.
 //   - simple.go, extended.go: the two query protocols; queue.go: the FIFO
@@ -44,7 +49,12 @@
 //     SCRAM-SHA-256): the proxy holds no credentials and admits nobody the
 //     server refuses. ParameterStatus values are remembered; BackendKeyData
 //     is relayed verbatim. The phase ends at the first ReadyForQuery.
-//  4. Client pump (client.go). Each client message is bounded by
+//  4. Event loop (loop.go). A session on plain sockets is relayed by an
+//     event loop first: the steps of 5 and 6 below run on the loop's thread, one
+//     read per readiness event, as long as no step has to wait; then the
+//     session's goroutine starts the two pumps, which give it back to the
+//     loop when both wait for input.
+//  5. Client pump (client.go). Each client message is bounded by
 //     MaxMessageSize (08P01 and the end of the session otherwise). Without a
 //     Rewriter every message is copied raw. With one, Query goes to
 //     simple.go, Parse/Bind/Describe/Execute/Close/Sync to extended.go; each
@@ -52,13 +62,13 @@
 //     (queue.go), which tells the server pump how to treat its response.
 //     Writes to the server are flushed only when no more client input is
 //     buffered: a pipeline costs one write.
-//  5. Server pump (relay.go). Server messages are copied raw except those
+//  6. Server pump (relay.go). Server messages are copied raw except those
 //     the proxy must see or change: ReadyForQuery (transaction status, end
 //     of a response, safe point), ErrorResponse (the server skips to Sync:
 //     owed entries up to it are dropped), ParameterStatus, CommandComplete
 //     (renamed per plan.Statement.Tag), ParameterDescription (injected
 //     parameters stripped). Writes to the client are batched the same way.
-//  6. End. The first pump to stop half-closes the other direction: after
+//  7. End. The first pump to stop half-closes the other direction: after
 //     the client's Terminate or disappearance the server connection is
 //     closed for writing (the backend exits, the server pump sees EOF);
 //     after the server's disappearance the client gets 08006 unless the

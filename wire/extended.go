@@ -67,6 +67,9 @@ func (p *clientPump) parse() error {
 		// point (the Bind that follows will not be).
 		hiddenOK := true // hidden queries leave unnamed statements and portals alone
 		rec.setTemplate(p.insertTemplate(pl, hiddenOK))
+		if p.mustWait() {
+			return errHandover
+		}
 		rec.shimDefaults = p.insertShim
 		rec.gen = p.mirror.gen
 		if pl.Inserts != nil && len(name) > 0 {
@@ -90,7 +93,11 @@ func (p *clientPump) parse() error {
 	}
 	// Extension SQL, and a chance to refresh the mirror while the session
 	// is still at a safe point (the Bind that follows will not be).
-	if _, ok := p.values(rec.t, true, false); !ok {
+	_, ok := p.values(rec.t, true, false)
+	if p.mustWait() {
+		return errHandover // rec is recorded again by the pumps' Parse
+	}
+	if !ok {
 		rec.t, rec.ids, rec.types = nil, 0, nil
 		rec.pl = &plan.Plan{Statements: pl.Statements, Touches: pl.Touches, Deallocate: pl.Deallocate, DeallocateAll: pl.DeallocateAll}
 		p.push(owed{kind: owedParse})
@@ -149,13 +156,24 @@ func (p *clientPump) bind() error {
 	stmt, rest, ok2 := cstring(rest)
 	var rec *stmtRec
 	portalWasLive := p.portalLive
+	var prevPortal *stmtRec
 	if ok1 && ok2 {
 		rec = p.stmt(stmt)
+		prevPortal = p.portal(portal)
 		p.setPortal(portal, rec, true)
+	}
+	// On the event loop's thread: undo the portal record before handing
+	// over, so that the pumps' Bind starts from the same state.
+	handover := func() error {
+		p.setPortal(portal, prevPortal, portalWasLive)
+		return errHandover
 	}
 	if rec != nil && rec.types != nil && ok1 && ok2 {
 		if err := p.revalidate(stmt, rec); err != nil {
 			return err
+		}
+		if p.mustWait() {
+			return handover()
 		}
 	}
 	if rec == nil || rec.ids == 0 {
@@ -189,6 +207,9 @@ func (p *clientPump) bind() error {
 	}
 	bin := nf == 1 && binaryAt(rest, pos)
 	allValid, _ := p.values(rec.t, true, true)
+	if p.mustWait() {
+		return handover()
+	}
 	p.noteShimSlots(rec.t)
 	if allValid && rec.pl.Local != nil && len(portal) == 0 {
 		if done, err := p.bindLocally(rec, rest, nf, pos, np, end, portalWasLive); done || err != nil {

@@ -43,6 +43,7 @@ type frameReader struct {
 	hdr    [5]byte
 
 	src *sockReader // under r when the connection is a socket (see poll); nil otherwise
+	pk  *parker     // the pump's side of the return to the event loop (loop.go); nil: none
 }
 
 var errFrameTooShort = errors.New("message length too short")

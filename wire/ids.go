@@ -58,6 +58,10 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		}
 	}
 	if (!m.fresh || len(missing) > 0) && safe && hiddenOK {
+		if ss.inLoop.Load() {
+			p.wouldWait = true // a hidden query waits for the server
+			return false, true
+		}
 		p.refresh(missing, nil)
 	}
 	if !generate {
@@ -74,10 +78,13 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		usable := known && m.fresh && m.shim && info.oid != 0
 		switch {
 		case s.Op == plan.Nextval && quiet && usable && info.usable && !m.readOnly && m.node >= 1 && m.node <= 1023:
-			id, err := ss.cfg.Snowflakes.Nextval(ss.ctx, ss.db, info.oid, m.node)
+			id, err := p.nextval(info.oid, m.node)
 			if err != nil {
 				ss.log.Debug("fast path refused", logError, err)
 				break
+			}
+			if p.wouldWait {
+				return false, true
 			}
 			p.vals[i] = plan.Value{ID: id, Valid: true}
 			if m.currval == nil {
@@ -95,6 +102,29 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		allValid = false
 	}
 	return allValid, true
+}
+
+// nextval issues one fast-path ID; on the event loop's thread it never
+// waits, and sets wouldWait instead when it would have to.
+func (p *clientPump) nextval(seq uint32, node int) (int64, error) {
+	ss := (*session)(p)
+	if !ss.inLoop.Load() {
+		return ss.cfg.Snowflakes.Nextval(ss.ctx, ss.db, seq, node)
+	}
+	id, ok, err := ss.cfg.Snowflakes.TryNextval(ss.db, seq, node)
+	if err == nil && !ok {
+		p.wouldWait = true
+	}
+	return id, err
+}
+
+// mustWait reports, and clears, whether a step on the event loop's thread
+// met something it would have to wait for: the step then returns
+// errHandover before changing anything the pumps could not redo.
+func (p *clientPump) mustWait() bool {
+	w := p.wouldWait
+	p.wouldWait = false
+	return w
 }
 
 // touchFence are the touches after which the fast path fences.

@@ -7,7 +7,7 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
-// serverPump copies server messages to the client (phase 5 of doc.go). It
+// serverPump copies server messages to the client (phase 6 of doc.go). It
 // holds wmu from the first message of a batch until it has flushed, which
 // happens only when no more server input is buffered: one write per batch.
 type serverPump session
@@ -16,6 +16,9 @@ func (p *serverPump) run(done chan<- pumpResult) {
 	ss := (*session)(p)
 	defer ss.srv.wg.Done()
 	err := p.loop()
+	if err == errWantLoop {
+		_ = p.unlock() // a partial message may have kept the batch open
+	}
 	if ss.hiddenActive.Load() {
 		ss.hq.err = errors.Join(ss.hq.err, io.ErrUnexpectedEOF)
 	}
@@ -25,6 +28,9 @@ func (p *serverPump) run(done chan<- pumpResult) {
 func (p *serverPump) loop() error {
 	ss := (*session)(p)
 	p.locked = false
+	if x := ss.loopErr; !x.client && x.err != nil {
+		return x.err
+	}
 	for {
 		if ss.sr.src != nil {
 			if err := ss.sr.poll(p.step); err != nil {

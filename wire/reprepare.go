@@ -32,6 +32,10 @@ func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 	if rec.gen == p.mirror.gen || !safe || status == 'E' {
 		return nil
 	}
+	if ss.inLoop.Load() {
+		p.wouldWait = true // insertTemplate may need a hidden query
+		return nil
+	}
 	t := p.insertTemplate(rec.pl, true)
 	rec.gen = p.mirror.gen
 	if t == nil {

@@ -75,15 +75,38 @@ type session struct {
 	portalLive    bool // an unnamed portal may exist on the server
 	mirror        mirror
 	insertShim    bool   // set by insertTemplate (defaults.go)
+	wouldWait     bool   // set on the event loop's thread instead of waiting (ids.go)
 	out           []byte // scratch for messages the client pump builds
 	vals          []plan.Value
 	sout          []byte // scratch for the server pump
 	locked        bool   // the server pump holds wmu for the batch it relays
+
+	// Event loop (loop.go). inLoop is true while an eventLoop relays the
+	// session; loopFD are the descriptors it polls (-1 otherwise, guarded
+	// by connMu). The loop thread owns the rest while inLoop; the session
+	// goroutine after loopExit delivered the handover.
+	inLoop   atomic.Bool
+	loopFD   [2]int
+	loopRd   [2]*loopReader
+	loopWr   [2]*loopWriter
+	loopStep [2]func(typ byte) error
+	loopExit chan loopExit
+	loopErr  loopExit // a step error met in the loop, for its pump to return
+	loopOK   bool     // the session entered a loop once: it may return (loop.go)
+	// pumpState: parked bits and stopping (loop.go). msgs counts client
+	// messages; msgsAtSwitch is msgs at the last entry to or exit from the
+	// loop, loopMin the back-off (session goroutine, read by the pumps).
+	pumpState    atomic.Uint32
+	msgs         atomic.Uint64
+	msgsAtSwitch uint64
+	loopMin      uint64
+	handoverN    int
 }
 
 func newSession(srv *Server, c net.Conn, id uint64) *session {
 	ss := &session{srv: srv, cfg: &srv.cfg, id: id, client: c, start: time.Now(),
-		track: srv.cfg.Rewriter != nil, txStatus: 'I', params: map[string]string{}, hqDone: make(chan struct{}, 1)}
+		track: srv.cfg.Rewriter != nil, txStatus: 'I', params: map[string]string{}, hqDone: make(chan struct{}, 1),
+		loopFD: [2]int{-1, -1}, loopMin: 1}
 	ss.ctx, ss.cancel = context.WithCancel(srv.ctx)
 	ss.log = srv.log.With(logSession, id)
 	return ss
@@ -127,6 +150,14 @@ func (ss *session) abort() {
 	_ = ss.client.SetDeadline(time.Now())
 	if ss.server != nil {
 		_ = ss.server.SetDeadline(time.Now())
+	}
+	// In the loop: both ends see end of input, and the loop hands the
+	// session back to its goroutine, whose connections then carry the
+	// deadline above (leaveLoop).
+	for _, fd := range ss.loopFD {
+		if fd >= 0 {
+			shutdownFD(fd)
+		}
 	}
 }
 
@@ -175,6 +206,35 @@ func (ss *session) relay() error {
 	ss.deadline(ss.client, time.Time{}, false)
 	ss.deadline(ss.server, time.Time{}, false)
 	ss.cr.max = ss.cfg.MaxMessageSize
+	ss.cr.pk = &parker{ss: ss, bit: parkedClient}
+	ss.sr.pk = &parker{ss: ss, bit: parkedServer}
+	for {
+		entered := false
+		if lp := ss.srv.pickLoop(); lp != nil {
+			var err error
+			if entered, err = ss.serveInLoop(lp); err != nil {
+				return err
+			}
+		}
+		if !entered {
+			ss.loopOK = false // the pumps keep the session to its end
+		}
+		err, again := ss.runPumps()
+		if !again {
+			return err
+		}
+		// Both pumps parked and stopped for the loop (loop.go): lift the
+		// deadline that woke the second one.
+		ss.pumpState.Store(0)
+		ss.deadline(ss.client, time.Time{}, false)
+		ss.deadline(ss.server, time.Time{}, false)
+	}
+}
+
+// runPumps runs the two pumps until both end, and returns the first error.
+// The first to end half-closes its destination so that the other side sees
+// EOF in turn. again is true when both stopped to go back to the loop.
+func (ss *session) runPumps() (first error, again bool) {
 	ss.cr.usePoll(ss.client)
 	ss.sr.usePoll(ss.server)
 	if ss.sw.Flush() == nil {
@@ -187,13 +247,18 @@ func (ss *session) relay() error {
 	ss.srv.wg.Add(2)
 	go (*clientPump)(ss).run(done)
 	go (*serverPump)(ss).run(done)
-	var first error
+	wantLoop := 0
 	for i := 0; i < 2; i++ {
 		r := <-done
+		if r.err == errWantLoop {
+			// The other pump stops for the loop too (parker): wait for it.
+			wantLoop++
+			continue
+		}
 		if r.err != nil && !isClosedErr(r.err) && first == nil {
 			first = r.err
 		}
-		if i > 0 {
+		if i > 0 || wantLoop > 0 {
 			break
 		}
 		if r.fromClient {
@@ -207,7 +272,7 @@ func (ss *session) relay() error {
 			ss.deadline(ss.client, time.Now(), true)
 		}
 	}
-	return first
+	return first, wantLoop == 2
 }
 
 type pumpResult struct {

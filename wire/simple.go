@@ -24,6 +24,9 @@ func (p *clientPump) query() error {
 	// The client's own Query destroys the unnamed statement and portal, so
 	// a hidden query before it harms nothing.
 	t := p.insertTemplate(pl, true)
+	if p.mustWait() {
+		return errHandover
+	}
 	if t == nil {
 		if p.insertShim {
 			p.markShim()
@@ -36,6 +39,9 @@ func (p *clientPump) query() error {
 		p.markShim()
 	}
 	allValid, ok := p.values(t, true, true)
+	if p.mustWait() {
+		return errHandover
+	}
 	p.noteShimSlots(t)
 	if !ok {
 		// No SQL for an extension slot: the server answers the original.

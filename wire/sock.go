@@ -187,6 +187,9 @@ func useSockWriter(bw *bufio.Writer, c net.Conn) {
 // usePoll switches f to read c through a sockReader (see poll) when c is a
 // socket, keeping what f had buffered.
 func (f *frameReader) usePoll(c net.Conn) {
+	if f.src != nil && f.src.conn == c {
+		return // already (leaveLoop)
+	}
 	var buffered []byte
 	if n := f.r.Buffered(); n > 0 {
 		buffered, _ = f.r.Peek(n)
@@ -212,7 +215,12 @@ func (f *frameReader) usePoll(c net.Conn) {
 func (f *frameReader) poll(step func(typ byte) error) error {
 	s := f.src
 	var stepErr error
+	stop := false
 	_ = s.rc.Read(func(fd uintptr) bool {
+		if f.pk != nil && f.pk.unpark() {
+			stop = true
+			return true
+		}
 		s.fd, s.polling = int(fd), true
 		defer func() { s.polling = false }()
 		for {
@@ -231,9 +239,16 @@ func (f *frameReader) poll(step func(typ byte) error) error {
 				}
 			}
 			if _, err := f.r.Peek(f.r.Buffered() + 1); err != nil {
+				if err == errWouldBlock && f.pk != nil && f.pk.park() {
+					stop = true
+					return true
+				}
 				return err != errWouldBlock
 			}
 		}
 	})
+	if stepErr == nil && f.pk != nil && (stop || f.pk.unpark()) {
+		return errWantLoop
+	}
 	return stepErr
 }

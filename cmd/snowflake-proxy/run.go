@@ -22,6 +22,7 @@ type options struct {
 	tlsCert, tlsKey, logLevel string
 	grace                     time.Duration
 	procs                     int
+	eventLoops                int
 	pprof                     string
 }
 
@@ -38,6 +39,7 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long sessions may finish before they are closed")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: automatic, see setProcs)")
+	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying pass-through sessions with epoll (0: one per GOMAXPROCS; -1: none, every session on goroutines)")
 	fs.StringVar(&o.pprof, "pprof", "", "address to serve net/http/pprof on, e.g. 127.0.0.1:6060 (empty: off)")
 	fs.Usage = func() {
 		fmt.Fprintln(m.Stderr, "usage: snowflake-proxy [flags]\n       snowflake-proxy decode ID...\n       snowflake-proxy version\n\nflags (each also settable as SNOWFLAKE_PROXY_<NAME>):")
@@ -71,6 +73,9 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	}
 	if o.procs < 0 {
 		return nil, fmt.Errorf("invalid --procs %d: must be 0 (automatic) or more", o.procs)
+	}
+	if o.eventLoops < -1 || o.eventLoops > 1024 {
+		return nil, fmt.Errorf("invalid --event-loops %d: must be -1 (none), 0 (automatic) or 1..1024", o.eventLoops)
 	}
 	if o.pprof != "" {
 		if _, _, err := net.SplitHostPort(o.pprof); err != nil {
@@ -116,7 +121,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		}
 		defer stop()
 	}
-	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger}
+	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger, EventLoops: o.eventLoops}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)

@@ -45,6 +45,9 @@ type Config struct {
 	// UpstreamCheckTimeout bounds the start-up check that the upstream is
 	// reachable. 0: 10s.
 	UpstreamCheckTimeout time.Duration
+	// EventLoops is wire.Config.EventLoops: 0 one per GOMAXPROCS, negative
+	// none.
+	EventLoops int
 }
 
 // App is a running proxy.
@@ -136,6 +139,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		Snowflakes: services,
 		Node:       cfg.Node,
 		Logger:     cfg.Logger,
+		EventLoops: cfg.EventLoops,
 	})
 	if err != nil {
 		a.closeServices()

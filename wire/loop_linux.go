@@ -1,0 +1,260 @@
+//go:build linux
+
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// eventLoop relays sessions whose traffic needs no waiting (loop.go says
+// which) on one OS thread, with level-triggered epoll: one read per
+// readiness event and no goroutine wake-up per message. Readiness stays
+// reported while data or a FIN is unread, so the loop never needs the
+// extra read that ends in EAGAIN which the runtime's edge-triggered poller
+// requires (sockReader).
+//
+// The descriptors it polls are duplicates taken out of the runtime's
+// poller (the net.Conns are closed, which does not close the sockets), so
+// the runtime never wakes for them. Lifetime: started by Server on first
+// use, stopped by Server.Close after every session has ended.
+type eventLoop struct {
+	epfd int
+	wake [2]int // pipe: stop writes to wake[1]
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	sides    map[int32]loopSide // registered descriptors
+	stopping bool
+	done     chan struct{}
+}
+
+// loopSide is one registered descriptor: a session's client or server end.
+type loopSide struct {
+	ss     *session
+	client bool
+}
+
+func newEventLoop(log *slog.Logger) (*eventLoop, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	lp := &eventLoop{epfd: epfd, log: log, sides: map[int32]loopSide{}, done: make(chan struct{})}
+	if err := syscall.Pipe2(lp.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		_ = syscall.Close(epfd)
+		return nil, fmt.Errorf("pipe2: %w", err)
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(lp.wake[0])}
+	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, lp.wake[0], &ev); err != nil {
+		lp.closeFDs()
+		return nil, fmt.Errorf("epoll_ctl: %w", err)
+	}
+	go lp.run()
+	return lp, nil
+}
+
+func (lp *eventLoop) closeFDs() {
+	_ = syscall.Close(lp.epfd)
+	_ = syscall.Close(lp.wake[0])
+	_ = syscall.Close(lp.wake[1])
+}
+
+// stop ends the loop thread and releases its descriptors. Every session
+// must have left the loop.
+func (lp *eventLoop) stop() {
+	lp.mu.Lock()
+	lp.stopping = true
+	lp.mu.Unlock()
+	_, _ = syscall.Write(lp.wake[1], []byte{1})
+	<-lp.done
+	lp.closeFDs()
+}
+
+// add registers a session's two descriptors. On failure nothing stays
+// registered.
+func (lp *eventLoop) add(ss *session, cfd, sfd int) error {
+	lp.mu.Lock()
+	lp.sides[int32(cfd)] = loopSide{ss: ss, client: true}
+	lp.sides[int32(sfd)] = loopSide{ss: ss}
+	lp.mu.Unlock()
+	for i, fd := range []int{cfd, sfd} {
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(fd)}
+		if err := syscall.EpollCtl(lp.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			if i == 1 {
+				_ = syscall.EpollCtl(lp.epfd, syscall.EPOLL_CTL_DEL, cfd, nil)
+			}
+			lp.remove(cfd, sfd)
+			return fmt.Errorf("epoll_ctl: %w", err)
+		}
+	}
+	return nil
+}
+
+func (lp *eventLoop) remove(cfd, sfd int) {
+	lp.mu.Lock()
+	delete(lp.sides, int32(cfd))
+	delete(lp.sides, int32(sfd))
+	lp.mu.Unlock()
+}
+
+// run is the loop thread. Sides are looked up for a whole batch of events
+// before any is handled: a session handed over while the batch is handled
+// has inLoop false for its later events, and a descriptor number reused
+// meanwhile cannot be mistaken for it.
+func (lp *eventLoop) run() {
+	runtime.LockOSThread()
+	defer close(lp.done)
+	var evs [128]syscall.EpollEvent
+	var sides [128]loopSide
+	for {
+		n, err := syscall.EpollWait(lp.epfd, evs[:], -1)
+		if err != nil {
+			if err == syscall.EINTR {
+				continue
+			}
+			// Cannot happen with a valid epoll descriptor; sessions still
+			// registered would hang, so say so loudly.
+			lp.log.Error("event loop stopped", logError, err)
+			return
+		}
+		lp.mu.Lock()
+		for i := 0; i < n; i++ {
+			sides[i] = lp.sides[evs[i].Fd]
+		}
+		stopping := lp.stopping
+		lp.mu.Unlock()
+		if stopping {
+			return
+		}
+		for i := 0; i < n; i++ {
+			if s := sides[i]; s.ss != nil && s.ss.inLoop.Load() {
+				s.ss.loopEvent(lp, s.client)
+			}
+		}
+		clear(sides[:n])
+	}
+}
+
+// handover takes a session out of the loop: its goroutine continues with
+// the pumps (session.serveInLoop). err is a step's error, for the pump of
+// that side to return.
+func (lp *eventLoop) handover(ss *session, client bool, err error) {
+	ss.inLoop.Store(false)
+	cfd, sfd := ss.loopFD[0], ss.loopFD[1]
+	_ = syscall.EpollCtl(lp.epfd, syscall.EPOLL_CTL_DEL, cfd, nil)
+	_ = syscall.EpollCtl(lp.epfd, syscall.EPOLL_CTL_DEL, sfd, nil)
+	lp.remove(cfd, sfd)
+	if errors.Is(err, errHandover) {
+		err = nil
+	}
+	ss.loopExit <- loopExit{client: client, err: err}
+}
+
+// loopExit is what the loop hands back with a session.
+type loopExit struct {
+	client bool  // the side whose event ended the loop's turn
+	err    error // that side's step error, nil for a plain handover
+}
+
+// loopReader is the reader under a frameReader while its session is in
+// the loop: one raw, non-blocking read per call.
+type loopReader struct {
+	fd  int
+	pre []byte // bytes buffered before the switch, returned first
+	err error  // the read error that ended the loop's turn
+}
+
+func (r *loopReader) Read(p []byte) (int, error) {
+	if len(r.pre) > 0 {
+		n := copy(p, r.pre)
+		if r.pre = r.pre[n:]; len(r.pre) == 0 {
+			r.pre = nil
+		}
+		return n, nil
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(r.fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch {
+		case e == syscall.EINTR:
+			continue
+		case e == syscall.EAGAIN:
+			return 0, errWouldBlock
+		case e != 0:
+			r.err = os.NewSyscallError("read", e)
+			return 0, r.err
+		case n == 0:
+			return 0, io.EOF
+		}
+		return int(n), nil
+	}
+}
+
+// loopWriter is the writer under a session's bufio.Writers while it is in
+// the loop: raw non-blocking writes; what the socket does not take now is
+// kept in pending (and the session handed over, so that a goroutine waits
+// for the peer), never waited for on the loop thread.
+type loopWriter struct {
+	fd      int
+	pending []byte
+	err     error
+}
+
+func (w *loopWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if len(w.pending) > 0 {
+		w.pending = append(w.pending, p...)
+		return len(p), nil
+	}
+	n := len(p)
+	for len(p) > 0 {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(w.fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch e {
+		case 0:
+			p = p[int(r):]
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			w.pending = append(w.pending, p...)
+			return n, nil
+		default:
+			w.err = os.NewSyscallError("write", e)
+			return n - len(p), w.err
+		}
+	}
+	return n, nil
+}
+
+// dupFD returns a close-on-exec duplicate of c's descriptor.
+func dupFD(rc syscall.RawConn) (int, error) {
+	nfd, serr := -1, error(nil)
+	err := rc.Control(func(fd uintptr) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			serr = os.NewSyscallError("fcntl", e)
+			return
+		}
+		nfd = int(r)
+	})
+	if err == nil {
+		err = serr
+	}
+	return nfd, err
+}
+
+func closeFD(fd int) { _ = syscall.Close(fd) }
+
+func shutdownFD(fd int) { _ = syscall.Shutdown(fd, syscall.SHUT_RDWR) }
+
+const loopAvailable = true

@@ -1,0 +1,364 @@
+//go:build linux
+
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+)
+
+// waitUntil polls cond (a state the proxy reaches on its own, such as a
+// session's end, with no message to wait for) until it holds or 10 s pass.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Pass-through traffic in both protocols, pipelined or not, stays in the
+// event loop; the first statement with a generated value hands the session
+// to its goroutines, which carry on with it, and later traffic still works.
+func TestLoopRelaysPassThroughThenHandsOver(t *testing.T) {
+	srv, db, p, sf := snowflakeSetup(t)
+	c := connect(t, p.url(srv, db))
+	ctx := ctxT(t)
+	for mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		for i := 0; i < 50; i++ {
+			var n int
+			if err := c.QueryRow(ctx, "SELECT $1::int + 1", pgx.QueryExecMode(mode+1), i).Scan(&n); err != nil || n != i+1 {
+				t.Fatalf("mode %d: %d, %v", mode+1, n, err)
+			}
+		}
+	}
+	br := c.SendBatch(ctx, &pgx.Batch{QueuedQueries: []*pgx.QueuedQuery{{SQL: "SELECT 1"}, {SQL: "SELECT 2"}, {SQL: "SELECT 3"}}})
+	for i := 1; i <= 3; i++ {
+		var n int
+		if err := br.QueryRow().Scan(&n); err != nil || n != i {
+			t.Fatalf("batch %d: %d, %v", i, n, err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.LoopEntries != 1 || st.Handovers != 0 {
+		t.Fatalf("after pass-through: %d sessions in the loop, %d handovers; want 1, 0", st.LoopEntries, st.Handovers)
+	}
+
+	var id int64
+	if err := c.QueryRow(ctx, "SELECT snowflake.nextval()", pgx.QueryExecModeSimpleProtocol).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if id&1023 != 5 || sf.calls.Load() != 1 {
+		t.Fatalf("id %d (node %d), %d generator calls: want node 5 and 1 call", id, id&1023, sf.calls.Load())
+	}
+	if st := p.Stats(); st.Handovers != 1 {
+		t.Fatalf("%d handovers after a generated value, want 1", st.Handovers)
+	}
+	var n int
+	if err := c.QueryRow(ctx, "SELECT 41 + 1").Scan(&n); err != nil || n != 42 {
+		t.Fatalf("after the handover: %d, %v", n, err)
+	}
+}
+
+// After a handover the session returns to the loop as soon as both pumps
+// wait for input, and generated values are then served on the loop's
+// thread: no further handover while the generator has a lease.
+func TestLoopReturnsAndServesGeneratedValues(t *testing.T) {
+	srv, db, p, sf := snowflakeSetup(t)
+	c := connect(t, p.url(srv, db))
+	ctx := ctxT(t)
+	var id int64
+	// The first call needs the session state (a hidden query): handover.
+	if err := c.QueryRow(ctx, "SELECT snowflake.nextval()", pgx.QueryExecModeSimpleProtocol).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the return to the loop", func() bool { return p.Stats().LoopEntries == 2 })
+	for i := 0; i < 100; i++ {
+		args := []any{pgx.QueryExecModeSimpleProtocol}
+		sql := "SELECT snowflake.nextval()"
+		if i%2 == 1 { // Parse/Bind with an injected parameter
+			args = []any{pgx.QueryExecModeCacheStatement, int64(0)}
+			sql = "SELECT snowflake.nextval() + $1::int8 * 0 AS x"
+		}
+		var next int64
+		if err := c.QueryRow(ctx, sql, args...).Scan(&next); err != nil {
+			t.Fatal(err)
+		}
+		if next <= id || next&1023 != 5 {
+			t.Fatalf("call %d: %d after %d", i, next, id)
+		}
+		id = next
+	}
+	if st := p.Stats(); st.LoopEntries != 2 || st.Handovers != 1 || sf.calls.Load() != 101 {
+		t.Fatalf("%d entries, %d handovers, %d generator calls; want 2, 1, 101", st.LoopEntries, st.Handovers, sf.calls.Load())
+	}
+}
+
+// Regression guard for the loop's would-wait path: when the generator
+// cannot issue without waiting, the statement is handed over untouched
+// (simple Query, and Bind with its portal record restored) and the pumps
+// answer it with a generated value.
+func TestLoopHandsOverWhenGeneratorWouldWait(t *testing.T) {
+	srv, db, p, sf := snowflakeSetup(t)
+	c := connect(t, p.url(srv, db))
+	ctx := ctxT(t)
+	var id int64
+	if err := c.QueryRow(ctx, "SELECT snowflake.nextval() + $1::int8 * 0 AS x", int64(0)).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the return to the loop", func() bool { return p.Stats().LoopEntries == 2 })
+	sf.wait.Store(true)
+	for i, q := range []struct {
+		sql  string
+		mode pgx.QueryExecMode
+		args []any
+	}{
+		{"SELECT snowflake.nextval()", pgx.QueryExecModeSimpleProtocol, nil},
+		{"SELECT snowflake.nextval() + $1::int8 * 0 AS x", pgx.QueryExecModeCacheStatement, []any{int64(0)}},
+		{"SELECT snowflake.nextval() AS a, $1::text AS b, $2::int8 AS c", pgx.QueryExecModeExec, []any{"b", int64(3)}},
+	} {
+		entries := p.Stats().LoopEntries
+		var next int64
+		var dest []any = []any{&next}
+		if len(q.args) == 2 {
+			var b string
+			var c3 int64
+			dest = append(dest, &b, &c3)
+		}
+		if err := c.QueryRow(ctx, q.sql, append([]any{q.mode}, q.args...)...).Scan(dest...); err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		if next <= id || next&1023 != 5 {
+			t.Fatalf("%d: %d after %d", i, next, id)
+		}
+		id = next
+		if st := p.Stats(); st.Handovers != uint64(i)+2 {
+			t.Fatalf("%d: %d handovers, want %d", i, st.Handovers, i+2)
+		}
+		waitUntil(t, "the return to the loop", func() bool { return p.Stats().LoopEntries == entries+1 })
+	}
+}
+
+// A session whose every statement needs the pumps (a result row larger
+// than the read buffer) is not moved back and forth each time: the back-off
+// doubles the messages it spends on its goroutines before each return.
+func TestLoopBackOff(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}})
+	c := connect(t, p.url(srv, "postgres"))
+	for i := 0; i < 300; i++ {
+		var got string
+		if err := c.QueryRow(ctxT(t), "SELECT repeat('ab', 10000 + $1::int)", i).Scan(&got); err != nil || len(got) != 20000+2*i {
+			t.Fatalf("%d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	// Four free returns, then after 2, 4, ... 512 messages on the
+	// goroutines (3 per statement): at most 14 entries for 300 statements,
+	// where returning every time would make 300.
+	if st := p.Stats(); st.LoopEntries < 5 || st.LoopEntries > 14 {
+		t.Fatalf("%d entries to the loop for 300 large rows, want 5..14", st.LoopEntries)
+	}
+}
+
+// Without event loops every session runs on goroutines.
+func TestLoopDisabled(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}, EventLoops: -1})
+	c := connect(t, p.url(srv, "postgres"))
+	var n int
+	if err := c.QueryRow(ctxT(t), "SELECT 1").Scan(&n); err != nil || n != 1 {
+		t.Fatal(n, err)
+	}
+	if st := p.Stats(); st.LoopEntries != 0 {
+		t.Fatalf("%d sessions in the loop with EventLoops -1", st.LoopEntries)
+	}
+}
+
+// A client that does not read a large result: the socket stops taking the
+// loop's writes, the session is handed over with what was not written,
+// and the client gets every row, in order, once it reads.
+func TestLoopSlowReaderGetsEverything(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}})
+	s := startRaw(t, p.addr, srv.Superuser(), "postgres")
+	const rows = 300000 // about 8 MB of DataRows: more than the sockets buffer
+	b, _ := (&pgproto3.Query{String: fmt.Sprintf("SELECT i, repeat('x', 10) FROM generate_series(1, %d) i", rows)}).Encode(nil)
+	if _, err := s.c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is read until the loop has given the session back.
+	waitUntil(t, "the handover", func() bool { return p.Stats().Handovers == 1 })
+	fe := pgproto3.NewFrontend(s.c, io.Discard)
+	next := 1
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			if got := string(m.Values[0]); got != fmt.Sprint(next) {
+				t.Fatalf("row %d: got %q", next, got)
+			}
+			next++
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("error: %s", m.Message)
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	if next != rows+1 {
+		t.Fatalf("got %d rows, want %d", next-1, rows)
+	}
+}
+
+// Messages larger than the read buffer, from either side, are streamed by
+// the pumps after a handover, intact.
+func TestLoopLargeMessages(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}})
+	c := connect(t, p.url(srv, "postgres"))
+	var got string
+	if err := c.QueryRow(ctxT(t), "SELECT repeat('ab', 50000)").Scan(&got); err != nil || got != strings.Repeat("ab", 50000) {
+		t.Fatalf("large DataRow: %d bytes, %v", len(got), err)
+	}
+	if st := p.Stats(); st.Handovers != 1 {
+		t.Fatalf("%d handovers after a large DataRow, want 1", st.Handovers)
+	}
+	c2 := connect(t, p.url(srv, "postgres"))
+	big := strings.Repeat("z", 40000)
+	if err := c2.QueryRow(ctxT(t), "SELECT '"+big+"'::text", pgx.QueryExecModeSimpleProtocol).Scan(&got); err != nil || got != big {
+		t.Fatalf("large Query: %d bytes, %v", len(got), err)
+	}
+	if st := p.Stats(); st.Handovers != 2 {
+		t.Fatalf("%d handovers after a large Query, want 2", st.Handovers)
+	}
+}
+
+// A client that vanishes while its session is in the loop ends the session
+// and its backend; Terminate does too.
+func TestLoopClientGoneEndsBackend(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}})
+	direct := connect(t, srv.URL("postgres"))
+	backends := func(app string) int {
+		var n int
+		if err := direct.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, how := range []string{"close", "terminate"} {
+		app := "loop_gone_" + how
+		c, err := pgconn.Connect(ctxT(t), p.url(srv, "postgres")+"&application_name="+app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Exec(ctxT(t), "SELECT 1").Close(); err != nil {
+			t.Fatal(err)
+		}
+		if backends(app) != 1 {
+			t.Fatalf("%s: no backend", how)
+		}
+		if how == "close" {
+			_ = c.Conn().Close() // no Terminate
+		} else {
+			_ = c.Close(ctxT(t))
+		}
+		waitUntil(t, how+": the backend's exit", func() bool { return backends(app) == 0 })
+	}
+	waitUntil(t, "sessions' end", func() bool { return p.Stats().Active == 0 })
+	if st := p.Stats(); st.LoopEntries != 2 || st.Handovers != 2 {
+		t.Fatalf("%d sessions in the loop, %d handovers; want 2, 2", st.LoopEntries, st.Handovers)
+	}
+}
+
+// A backend terminated while its session is in the loop: the client gets
+// the server's FATAL error, then the end of the connection.
+func TestLoopBackendTerminated(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}})
+	s := startRaw(t, p.addr, srv.Superuser(), "postgres")
+	s.query("SET application_name = 'loop_terminated'")
+	direct := connect(t, srv.URL("postgres"))
+	var ok bool
+	if err := direct.QueryRow(ctxT(t), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'loop_terminated'").Scan(&ok); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	fe := pgproto3.NewFrontend(s.c, io.Discard)
+	msg, err := fe.Receive()
+	if e, isErr := msg.(*pgproto3.ErrorResponse); err != nil || !isErr || e.Code != "57P01" || e.Severity != "FATAL" {
+		t.Fatalf("got %#v, %v; want FATAL 57P01", msg, err)
+	}
+	if msg, err := fe.Receive(); !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		t.Fatalf("after the FATAL: %#v, %v; want the end of the connection", msg, err)
+	}
+	if st := p.Stats(); st.LoopEntries != 1 || st.Handovers != 1 {
+		t.Fatalf("%d sessions in the loop, %d handovers; want 1, 1", st.LoopEntries, st.Handovers)
+	}
+}
+
+// Close ends sessions resting in the loop (an idle one and one waiting for
+// a long query) and stops the loops: no goroutine of this package remains.
+func TestLoopCloseLeavesNoGoroutines(t *testing.T) {
+	srv := pgtest.Shared(t)
+	s, err := New(Config{Upstream: Upstream{Address: srv.Addr()}, Rewriter: &fakeRewriter{plans: snowflakePlans()}, EventLoops: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	p := &proxy{Server: s, addr: ln.Addr().String()}
+	app := fmt.Sprintf("loop_close_%d", time.Now().UnixNano())
+	idle := connectPg(t, p.url(srv, "postgres"))
+	_ = idle
+	busy := connectPg(t, p.url(srv, "postgres")+"&application_name="+app)
+	direct := connect(t, srv.URL("postgres"))
+	t.Cleanup(func() { // the backend sleeps on after its client is gone
+		_, _ = direct.Exec(context.Background(), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", app)
+	})
+	running := make(chan error, 1)
+	go func() { running <- busy.Exec(context.Background(), "SELECT pg_sleep(600)").Close() }()
+	waitUntil(t, "the long query", func() bool {
+		var n int
+		_ = direct.QueryRow(ctxT(t),
+			"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query = 'SELECT pg_sleep(600)'", app).Scan(&n)
+		return n == 1
+	})
+	if st := s.Stats(); st.LoopEntries != 2 || st.Handovers != 0 {
+		t.Fatalf("%d sessions in the loop, %d handovers; want 2, 0", st.LoopEntries, st.Handovers)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+	if err := <-running; err == nil {
+		t.Fatal("query survived Close")
+	}
+	if g := wireGoroutines(); len(g) > 0 {
+		t.Fatalf("%d goroutines left after Close:\n%s", len(g), strings.Join(g, "\n\n"))
+	}
+}
