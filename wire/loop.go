@@ -129,6 +129,14 @@ const (
 	maxLoopMin    = 4096 // the longest back-off, in client messages
 )
 
+// defaultEventLoops is Config.EventLoops's default for procs GOMAXPROCS.
+// One loop thread relays tens of thousands of round trips a second; on the
+// 2-core benchmark machine, shared with PostgreSQL and the clients, a
+// second loop cost a third more CPU per pass-through round trip (fewer
+// events per wake-up, more context switches) for no more throughput, so
+// loops are kept to a quarter of the cores.
+func defaultEventLoops(procs int) int { return max(1, (procs+3)/4) }
+
 // pickLoop returns the event loop for a new session's relay, starting the
 // loops on first use, or nil when sessions must use goroutines only.
 func (s *Server) pickLoop() *eventLoop {

@@ -63,6 +63,8 @@ func TestBadFlagsAndValues(t *testing.T) {
 		{"unreachable upstream", nil, []string{"--upstream", "127.0.0.1:1", "--listen", "127.0.0.1:0"}, "unreachable"},
 		{"bad upstream", nil, []string{"--upstream", "not a url"}, "invalid --upstream"},
 		{"bad log level", nil, []string{"--log-level", "loud"}, "invalid --log-level"},
+		{"event loops -2", nil, []string{"--event-loops", "-2"}, "invalid --event-loops -2"},
+		{"event loops from env", map[string]string{"SNOWFLAKE_PROXY_EVENT_LOOPS": "5000"}, nil, "invalid --event-loops 5000"},
 		{"stray argument", nil, []string{"serve"}, "unexpected argument"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
