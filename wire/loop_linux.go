@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -36,10 +37,12 @@ type eventLoop struct {
 	done     chan struct{}
 }
 
-// loopSide is one registered descriptor: a session's client or server end.
+// loopSide is one registered descriptor: a session's client or server end,
+// and the registration it belongs to (session.loopGen).
 type loopSide struct {
 	ss     *session
 	client bool
+	gen    uint64
 }
 
 func newEventLoop(log *slog.Logger) (*eventLoop, error) {
@@ -78,25 +81,36 @@ func (lp *eventLoop) stop() {
 	lp.closeFDs()
 }
 
-// add registers a session's two descriptors. On failure nothing stays
-// registered.
-func (lp *eventLoop) add(ss *session, cfd, sfd int) error {
-	lp.mu.Lock()
-	lp.sides[int32(cfd)] = loopSide{ss: ss, client: true}
-	lp.sides[int32(sfd)] = loopSide{ss: ss}
-	lp.mu.Unlock()
+// add registers a session's two descriptors. Their sides are recorded
+// only once both are in the epoll set: an event for the first before that
+// finds no side and is ignored (readiness is level-triggered: it is
+// reported again), so the loop cannot hand the session over while the
+// second descriptor is still being added. Regression: that handover
+// removed only the first, and the second stayed registered after its
+// close, its events reported forever. On failure nothing stays registered.
+func (lp *eventLoop) add(ss *session, cfd, sfd int, gen uint64) error {
 	for i, fd := range []int{cfd, sfd} {
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(fd)}
 		if err := syscall.EpollCtl(lp.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			if i == 1 {
 				_ = syscall.EpollCtl(lp.epfd, syscall.EPOLL_CTL_DEL, cfd, nil)
 			}
-			lp.remove(cfd, sfd)
-			return fmt.Errorf("epoll_ctl: %w", err)
+			return fmt.Errorf("epoll_ctl add %d: %w", fd, err)
+		}
+		if h := testHookBetweenAdds.Load(); i == 0 && h != nil {
+			(*h)(ss)
 		}
 	}
+	lp.mu.Lock()
+	lp.sides[int32(cfd)] = loopSide{ss: ss, client: true, gen: gen}
+	lp.sides[int32(sfd)] = loopSide{ss: ss, gen: gen}
+	lp.mu.Unlock()
 	return nil
 }
+
+// testHookBetweenAdds, when set by a test, runs between the two epoll
+// additions of add.
+var testHookBetweenAdds atomic.Pointer[func(*session)]
 
 func (lp *eventLoop) remove(cfd, sfd int) {
 	lp.mu.Lock()
@@ -106,9 +120,14 @@ func (lp *eventLoop) remove(cfd, sfd int) {
 }
 
 // run is the loop thread. Sides are looked up for a whole batch of events
-// before any is handled: a session handed over while the batch is handled
-// has inLoop false for its later events, and a descriptor number reused
-// meanwhile cannot be mistaken for it.
+// before any is handled, and an event is handled only while its session is
+// in the loop under the same registration: a session handed over while
+// the batch is handled has inLoop false for its later events, and once its
+// goroutine has registered it again (new descriptors, a new loopGen), they
+// are stale too. Regression: a stale event handled on the new
+// registration could hand the session over before its goroutine had added
+// the new descriptors, which then stayed registered after their close and
+// kept the loop spinning on them.
 func (lp *eventLoop) run() {
 	runtime.LockOSThread()
 	defer close(lp.done)
@@ -135,7 +154,7 @@ func (lp *eventLoop) run() {
 			return
 		}
 		for i := 0; i < n; i++ {
-			if s := sides[i]; s.ss != nil && s.ss.inLoop.Load() {
+			if s := sides[i]; s.ss != nil && s.ss.inLoop.Load() && s.ss.loopGen.Load() == s.gen {
 				s.ss.loopEvent(lp, s.client)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -361,4 +362,123 @@ func TestLoopCloseLeavesNoGoroutines(t *testing.T) {
 	if g := wireGoroutines(); len(g) > 0 {
 		t.Fatalf("%d goroutines left after Close:\n%s", len(g), strings.Join(g, "\n\n"))
 	}
+}
+
+// Regression: a session handed over while its second descriptor was being
+// added to the loop (its client had sent a message that needed the pumps)
+// left that descriptor registered after its close, and the loop then spun
+// on its events. Here the client sends such a message (larger than the
+// read buffer) exactly then, and the test gives the loop time to act on
+// it before the second addition: the session must not be handed over
+// before it is wholly registered, and once it has ended only the loop's
+// own pipe may remain registered.
+func TestLoopHandoverDuringRegistration(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}, EventLoops: 1})
+	var c net.Conn
+	handedEarly := make(chan bool, 1)
+	hook := func(ss *session) {
+		testHookBetweenAdds.Store(nil)
+		b, _ := (&pgproto3.Query{String: "SELECT '" + strings.Repeat("q", 20000) + "'"}).Encode(nil)
+		if _, err := c.Write(b); err != nil {
+			t.Error(err)
+		}
+		// Bounded: with the fix nothing happens here, and the loop acts
+		// on the message once the session is wholly registered.
+		early := false
+		for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline) && !early; time.Sleep(time.Millisecond) {
+			early = !ss.inLoop.Load()
+		}
+		handedEarly <- early
+	}
+	testHookBetweenAdds.Store(&hook)
+	t.Cleanup(func() { testHookBetweenAdds.Store(nil) })
+	s := startRawHooked(t, p.addr, srv.Superuser(), "postgres", &c)
+	if <-handedEarly {
+		t.Error("the loop handed the session over before its second descriptor was registered")
+	}
+	if got := s.untilReady(); !strings.Contains(string(got), strings.Repeat("q", 20000)) {
+		t.Fatal("no answer to the large query")
+	}
+	s.c.Close()
+	waitUntil(t, "the session's end", func() bool { return p.Stats().Active == 0 })
+	assertLoopsEmpty(t, p)
+}
+
+// startRawHooked is startRaw with the connection stored in *c before the
+// startup, for hooks that run while the session starts.
+func startRawHooked(t *testing.T, addr, user, db string, c *net.Conn) *rawSession {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	*c = conn
+	t.Cleanup(func() { conn.Close() })
+	b, _ := (&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
+		Parameters: map[string]string{"user": user, "database": db}}).Encode(nil)
+	_, _ = conn.Write(b)
+	s := &rawSession{t: t, c: conn}
+	s.untilReady()
+	return s
+}
+
+// assertLoopsEmpty checks that only each loop's own pipe is registered.
+func assertLoopsEmpty(t *testing.T, p *proxy) {
+	t.Helper()
+	p.Server.mu.Lock()
+	loops := p.Server.loops
+	p.Server.mu.Unlock()
+	for _, lp := range loops {
+		info, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", lp.epfd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(info), "tfd:"); n != 1 {
+			t.Fatalf("%d descriptors registered with the loop after every session ended, want 1 (its pipe):\n%s", n, info)
+		}
+		lp.mu.Lock()
+		n := len(lp.sides)
+		lp.mu.Unlock()
+		if n != 0 {
+			t.Fatalf("%d sides left", n)
+		}
+	}
+}
+
+// Many sessions moving in and out of the loop at once, then ending, leave
+// only the loop's own pipe registered.
+func TestLoopHandoversLeaveNothingRegistered(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}, EventLoops: 1})
+	errs := make(chan error, 16)
+	for i := 0; i < 16; i++ {
+		go func() {
+			c, err := pgx.Connect(context.Background(), p.url(srv, "postgres"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close(context.Background())
+			for j := 0; j < 40; j++ {
+				var got string
+				// Alternately a row larger than the read buffer (handover)
+				// and a small one (the session goes back to the loop).
+				if err := c.QueryRow(context.Background(), "SELECT repeat('x', $1::int)", 20000*(j%2)+1).Scan(&got); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < 16; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "sessions' end", func() bool { return p.Stats().Active == 0 })
+	if st := p.Stats(); st.Handovers < 16 {
+		t.Fatalf("only %d handovers: the test did not move sessions", st.Handovers)
+	}
+	assertLoopsEmpty(t, p)
 }

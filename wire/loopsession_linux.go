@@ -61,9 +61,10 @@ func (ss *session) serveInLoop(lp *eventLoop) (entered bool, err error) {
 	}
 	ss.loopErr = loopExit{}
 	ss.msgsAtSwitch = ss.msgs.Load()
+	gen := ss.loopGen.Add(1) // before inLoop: see eventLoop.run
 	ss.inLoop.Store(true)
 	x := loopExit{client: true}
-	if err := lp.add(ss, cfd, sfd); err != nil {
+	if err := lp.add(ss, cfd, sfd, gen); err != nil {
 		ss.inLoop.Store(false)
 		ss.log.Warn("event loop refused the session", logError, err)
 	} else {
@@ -73,6 +74,7 @@ func (ss *session) serveInLoop(lp *eventLoop) (entered bool, err error) {
 		x = <-ss.loopExit
 		ss.srv.stats.handovers.Add(1)
 		ss.noteHandover()
+		ss.log.Debug("event loop handed the session over", "client_side", x.client, logError, x.err, "back_off", ss.loopMin)
 	}
 	return entered, ss.leaveLoop(x)
 }

@@ -86,6 +86,7 @@ type session struct {
 	// by connMu). The loop thread owns the rest while inLoop; the session
 	// goroutine after loopExit delivered the handover.
 	inLoop   atomic.Bool
+	loopGen  atomic.Uint64 // counts registrations with a loop
 	loopFD   [2]int
 	loopRd   [2]*loopReader
 	loopWr   [2]*loopWriter
