@@ -26,6 +26,15 @@ var errTerminate = errors.New("terminate")
 
 func (p *clientPump) loop() error {
 	ss := (*session)(p)
+	if b := ss.pendingOut[1]; b != nil {
+		ss.pendingOut[1] = nil
+		if _, err := ss.sw.Write(b); err != nil {
+			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
+		}
+		if err := ss.sw.Flush(); err != nil {
+			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
+		}
+	}
 	if x := ss.loopErr; x.client && x.err != nil {
 		if x.err == errPumpDone {
 			return nil

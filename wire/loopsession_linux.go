@@ -90,8 +90,8 @@ func loopConn(c net.Conn) bool {
 
 // leaveLoop restores the session after the loop handed it back: net.Conns
 // on the same sockets, the readers' buffered input and read errors kept,
-// the writes the sockets had not taken sent first, and a step's error
-// left for its pump.
+// the writes the sockets had not taken and a step's error left for the
+// pumps.
 func (ss *session) leaveLoop(x loopExit) error {
 	ss.connMu.Lock()
 	cfd, sfd := ss.loopFD[0], ss.loopFD[1]
@@ -122,18 +122,11 @@ func (ss *session) leaveLoop(x loopExit) error {
 	if ss.sr.src != nil {
 		ss.sr.src.err = ss.loopRd[1].err
 	}
-	cw, sw := ss.loopWr[0], ss.loopWr[1]
+	// What the sockets did not take is written by the pumps, each before
+	// anything else in its direction, so that neither waits for a peer
+	// that waits for the other direction to move.
+	ss.pendingOut = [2][]byte{ss.loopWr[0].pending, ss.loopWr[1].pending}
 	ss.loopRd, ss.loopWr = [2]*loopReader{}, [2]*loopWriter{}
-	if len(sw.pending) > 0 {
-		if _, err := server.Write(sw.pending); err != nil && x.err == nil {
-			x = loopExit{client: true, err: &Error{Kind: KindUpstreamIO, Message: "write", Err: err}}
-		}
-	}
-	if len(cw.pending) > 0 {
-		if _, err := client.Write(cw.pending); err != nil && x.err == nil {
-			x = loopExit{client: false, err: &Error{Kind: KindClientIO, Message: "write", Err: err}}
-		}
-	}
 	ss.cw.Reset(client)
 	ss.sw.Reset(server)
 	ss.loopErr = x

@@ -28,6 +28,18 @@ func (p *serverPump) run(done chan<- pumpResult) {
 func (p *serverPump) loop() error {
 	ss := (*session)(p)
 	p.locked = false
+	if b := ss.pendingOut[0]; b != nil {
+		// runPumps took wmu for this.
+		ss.pendingOut[0] = nil
+		p.locked = true
+		if _, err := ss.cw.Write(b); err != nil {
+			_ = p.unlock()
+			return &Error{Kind: KindClientIO, Message: "write", Err: err}
+		}
+		if err := p.unlock(); err != nil {
+			return &Error{Kind: KindClientIO, Message: "write", Err: err}
+		}
+	}
 	if x := ss.loopErr; !x.client && x.err != nil {
 		return x.err
 	}

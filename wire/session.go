@@ -93,6 +93,9 @@ type session struct {
 	loopStep [2]func(typ byte) error
 	loopExit chan loopExit
 	loopErr  loopExit // a step error met in the loop, for its pump to return
+	// pendingOut: bytes the loop could not write, to the client [0] and
+	// the server [1]; the pumps write them first (runPumps).
+	pendingOut [2][]byte
 	loopOK   bool     // the session entered a loop once: it may return (loop.go)
 	// pumpState: parked bits and stopping (loop.go). msgs counts client
 	// messages; msgsAtSwitch is msgs at the last entry to or exit from the
@@ -243,6 +246,11 @@ func (ss *session) runPumps() (first error, again bool) {
 	}
 	if ss.cw.Flush() == nil {
 		useSockWriter(ss.cw, ss.client)
+	}
+	if ss.pendingOut[0] != nil {
+		// Taken for the server pump, which writes what the loop left for
+		// the client before anything the client pump may send.
+		ss.wmu.Lock()
 	}
 	done := make(chan pumpResult, 2)
 	ss.srv.wg.Add(2)
