@@ -1,0 +1,92 @@
+//go:build linux
+
+package wire
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// BenchmarkRelayLoop relays round trips through a session in an event
+// loop, in steady state, with and without a Rewriter: a client writes a
+// Bind/Execute/Sync pipeline, a stand-in server answers BindComplete,
+// DataRow, CommandComplete, ReadyForQuery, and the client reads the answer
+// before the next. Allocations are per round trip (the loop thread
+// included): 0.
+func BenchmarkRelayLoop(b *testing.B) {
+	for _, track := range []bool{false, true} {
+		name := "relay"
+		if track {
+			name = "tracked"
+		}
+		b.Run(name, func(b *testing.B) { benchRelayLoop(b, track) })
+	}
+}
+
+func benchRelayLoop(b *testing.B, track bool) {
+	request := encodeAll(&pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	answer := encodeAll(&pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("42")}},
+		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	client, in := socketPair(b)
+	out, server := socketPair(b)
+	cfg := Config{Upstream: Upstream{Address: "unused"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), EventLoops: 1}
+	if track {
+		cfg.Rewriter = &fakeRewriter{plans: snowflakePlans()}
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.stopLoops()
+	ss := newSession(srv, in, 1)
+	ss.server = out
+	ss.cr = frameReader{r: bufio.NewReaderSize(in, ioBufferSize), max: defaultMaxMessage}
+	ss.sr = frameReader{r: bufio.NewReaderSize(out, ioBufferSize), max: maxServerMessage}
+	ss.cw = bufio.NewWriterSize(in, ioBufferSize)
+	ss.sw = bufio.NewWriterSize(out, ioBufferSize)
+	left := make(chan bool, 1)
+	go func() {
+		entered, _ := ss.serveInLoop(srv.pickLoop())
+		left <- entered
+	}()
+	go func() { // the stand-in server
+		buf := make([]byte, len(request))
+		for {
+			if _, err := io.ReadFull(server, buf); err != nil {
+				return
+			}
+			if _, err := server.Write(answer); err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, len(answer))
+	roundTrip := func() {
+		if _, err := client.Write(request); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(client, buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < 100; i++ { // warm up: buffers, queue, maps
+		roundTrip()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		roundTrip()
+	}
+	b.StopTimer()
+	_ = client.Close() // the loop hands the session over at EOF
+	if !<-left {
+		b.Fatal("the session never entered the loop")
+	}
+	if st := srv.Stats(); st.Handovers != 1 {
+		b.Fatalf("%d handovers during the benchmark, want 1 (at the end)", st.Handovers)
+	}
+}
