@@ -96,7 +96,7 @@ type session struct {
 	// pendingOut: bytes the loop could not write, to the client [0] and
 	// the server [1]; the pumps write them first (runPumps).
 	pendingOut [2][]byte
-	loopOK   bool     // the session entered a loop once: it may return (loop.go)
+	loopOK     bool // the session entered a loop once: it may return (loop.go)
 	// pumpState: parked bits and stopping (loop.go). msgs counts client
 	// messages; msgsAtSwitch is msgs at the last entry to or exit from the
 	// loop, loopMin the back-off (session goroutine, read by the pumps).
