@@ -57,9 +57,9 @@ type Config struct {
 	// instead). 0: 10s.
 	ShutdownGrace time.Duration
 	// EventLoops is how many event-loop threads relay sessions whose
-	// traffic needs no waiting (loop.go; Linux only). 0: one per four of
-	// GOMAXPROCS when the server is created, at least one. Negative: none,
-	// every session runs on its own goroutines.
+	// traffic needs no waiting (loop.go; Linux only). 0: GOMAXPROCS when
+	// the server is created. Negative: none, every session runs on its own
+	// goroutines.
 	EventLoops int
 }
 

@@ -39,7 +39,7 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long sessions may finish before they are closed")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: automatic, see setProcs)")
-	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions with epoll (0: one per four GOMAXPROCS, at least one; -1: none, every session on its own goroutines)")
+	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions with epoll (0: GOMAXPROCS; -1: none, every session on its own goroutines)")
 	fs.StringVar(&o.pprof, "pprof", "", "address to serve net/http/pprof on, e.g. 127.0.0.1:6060 (empty: off)")
 	fs.Usage = func() {
 		fmt.Fprintln(m.Stderr, "usage: snowflake-proxy [flags]\n       snowflake-proxy decode ID...\n       snowflake-proxy version\n\nflags (each also settable as SNOWFLAKE_PROXY_<NAME>):")

@@ -45,7 +45,7 @@ type Config struct {
 	// UpstreamCheckTimeout bounds the start-up check that the upstream is
 	// reachable. 0: 10s.
 	UpstreamCheckTimeout time.Duration
-	// EventLoops is wire.Config.EventLoops: 0 one per four GOMAXPROCS, negative
+	// EventLoops is wire.Config.EventLoops: 0 GOMAXPROCS, negative
 	// none.
 	EventLoops int
 }
