@@ -193,30 +193,22 @@ type loopReader struct {
 
 func (r *loopReader) Read(p []byte) (int, error) {
 	if len(r.pre) > 0 {
-		n := copy(p, r.pre)
-		if r.pre = r.pre[n:]; len(r.pre) == 0 {
-			r.pre = nil
-		}
-		return n, nil
+		return takePre(&r.pre, p), nil
 	}
 	if len(p) == 0 {
 		return 0, nil
 	}
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(r.fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		switch {
-		case e == syscall.EINTR:
-			continue
-		case e == syscall.EAGAIN:
-			return 0, errWouldBlock
-		case e != 0:
-			r.err = os.NewSyscallError("read", e)
-			return 0, r.err
-		case n == 0:
-			return 0, io.EOF
-		}
-		return int(n), nil
+	n, e := readRaw(r.fd, p)
+	switch {
+	case e == syscall.EAGAIN:
+		return 0, errWouldBlock
+	case e != 0:
+		r.err = os.NewSyscallError("read", e)
+		return 0, r.err
+	case n == 0:
+		return 0, io.EOF
 	}
+	return n, nil
 }
 
 // loopWriter is the writer under a session's bufio.Writers while it is in

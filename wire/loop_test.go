@@ -348,20 +348,7 @@ func TestLoopCloseLeavesNoGoroutines(t *testing.T) {
 	if st := s.Stats(); st.LoopEntries != 2 || st.Handovers != 0 {
 		t.Fatalf("%d sessions in the loop, %d handovers; want 2, 0", st.LoopEntries, st.Handovers)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := s.Close(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := <-served; !errors.Is(err, ErrServerClosed) {
-		t.Fatalf("Serve: %v", err)
-	}
-	if err := <-running; err == nil {
-		t.Fatal("query survived Close")
-	}
-	if g := wireGoroutines(); len(g) > 0 {
-		t.Fatalf("%d goroutines left after Close:\n%s", len(g), strings.Join(g, "\n\n"))
-	}
+	closeNowLeavesNothing(t, s, served, running)
 }
 
 // Regression: a session handed over while its second descriptor was being

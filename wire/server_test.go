@@ -53,21 +53,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	}()
 	stuck, _ := net.Dial("tcp", p.addr) // never sends a startup packet
 	defer stuck.Close()
-	// Close with an already expired context: sessions are closed at once.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := s.Close(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := <-served; !errors.Is(err, ErrServerClosed) {
-		t.Fatalf("Serve: %v", err)
-	}
-	if err := <-running; err == nil {
-		t.Fatal("query survived Close")
-	}
-	if gs := wireGoroutines(); len(gs) > 0 {
-		t.Fatalf("%d goroutines left:\n%s", len(gs), strings.Join(gs, "\n\n"))
-	}
+	closeNowLeavesNothing(t, s, served, running)
 	if st := s.Stats(); st.Active != 0 {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -95,5 +81,26 @@ func TestNewValidates(t *testing.T) {
 		if _, err := New(cfg); err == nil {
 			t.Fatalf("accepted %+v", cfg)
 		}
+	}
+}
+
+// closeNowLeavesNothing closes s with an already expired context (sessions
+// are closed at once) and checks that Serve returned, the running query
+// failed, and no goroutine of this package is left.
+func closeNowLeavesNothing(t *testing.T, s *Server, served, running <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+	if err := <-running; err == nil {
+		t.Fatal("query survived Close")
+	}
+	if gs := wireGoroutines(); len(gs) > 0 {
+		t.Fatalf("%d goroutines left after Close:\n%s", len(gs), strings.Join(gs, "\n\n"))
 	}
 }

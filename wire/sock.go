@@ -68,13 +68,30 @@ func newSockReader(c net.Conn, buffered []byte) *sockReader {
 	return s
 }
 
+// takePre copies what *pre still holds into p, first.
+func takePre(pre *[]byte, p []byte) int {
+	n := copy(p, *pre)
+	if *pre = (*pre)[n:]; len(*pre) == 0 {
+		*pre = nil
+	}
+	return n
+}
+
+// readRaw reads fd once with a raw system call, retrying EINTR: the
+// socket does not block, so the goroutine keeps its P (see
+// sockWriter.write). len(p) must be positive.
+func readRaw(fd int, p []byte) (int, syscall.Errno) {
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e != syscall.EINTR {
+			return int(r), e
+		}
+	}
+}
+
 func (s *sockReader) Read(p []byte) (int, error) {
 	if len(s.pre) > 0 {
-		n := copy(p, s.pre)
-		if s.pre = s.pre[n:]; len(s.pre) == 0 {
-			s.pre = nil
-		}
-		return n, nil
+		return takePre(&s.pre, p), nil
 	}
 	if s.err != nil {
 		err := s.err
@@ -87,25 +104,18 @@ func (s *sockReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	for {
-		// A raw system call: the socket does not block, so the goroutine
-		// keeps its P (see sockWriter.write).
-		r, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(s.fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		n := int(r)
-		switch {
-		case e == syscall.EINTR:
-			continue
-		case e == syscall.EAGAIN:
-			return 0, errWouldBlock
-		case e != 0:
-			s.err = opError("read", s.conn, e)
-			return 0, errPollExit
-		case n == 0:
-			s.err = io.EOF
-			return 0, errPollExit
-		}
-		return n, nil
+	n, e := readRaw(s.fd, p)
+	switch {
+	case e == syscall.EAGAIN:
+		return 0, errWouldBlock
+	case e != 0:
+		s.err = opError("read", s.conn, e)
+		return 0, errPollExit
+	case n == 0:
+		s.err = io.EOF
+		return 0, errPollExit
 	}
+	return n, nil
 }
 
 func opError(op string, c net.Conn, e syscall.Errno) error {
