@@ -77,6 +77,12 @@ var errHandover = errors.New("continue in the pumps")
 func (p *clientPump) step(typ byte) error {
 	ss := (*session)(p)
 	ss.msgs.Add(1)
+	if typ == 'X' {
+		// Before the server can see the Terminate: its close is then
+		// expected (regression: the server pump read the EOF before the
+		// client pump had said so, and sent the client 08006).
+		ss.clientGone.Store(true)
+	}
 	var err error
 	if ss.track {
 		err = p.dispatch(typ)
@@ -123,6 +129,7 @@ func (p *clientPump) readFailed(err error) error {
 	}
 	if err == io.EOF {
 		// Client closed between messages without Terminate.
+		ss.clientGone.Store(true)
 		_, _ = ss.sw.Write([]byte{'X', 0, 0, 0, 4})
 		_ = ss.sw.Flush()
 		return nil

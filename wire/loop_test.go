@@ -469,3 +469,28 @@ func TestLoopHandoversLeaveNothingRegistered(t *testing.T) {
 	}
 	assertLoopsEmpty(t, p)
 }
+
+// Regression (node-postgres, under load): after the client's Terminate the
+// server closed its end before the client pump had recorded that the
+// client was leaving, and the server pump sent the client a FATAL 08006
+// "server closed the connection unexpectedly". A client that terminates
+// gets nothing more, only the end of the connection.
+func TestTerminateGetsNoError(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}})
+	terminate, _ := (&pgproto3.Terminate{}).Encode(nil)
+	for i := 0; i < 100; i++ {
+		s := startRaw(t, p.addr, srv.Superuser(), "postgres")
+		if _, err := s.c.Write(terminate); err != nil {
+			t.Fatal(err)
+		}
+		rest, err := io.ReadAll(s.c)
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		if len(rest) > 0 {
+			t.Fatalf("session %d: %d bytes after Terminate, want none: %q", i, len(rest), rest)
+		}
+		s.c.Close()
+	}
+}
