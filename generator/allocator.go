@@ -28,6 +28,12 @@ type allocator struct {
 
 	renewing atomic.Bool  // a renewal is in flight: spares the hot path a.mu
 	retryAt  atomic.Int64 // ms; no background renewal before this after a failure
+	// failUntil (ms): after a renewal that failed slowly (the store waited,
+	// as compat's does while a lease is pending), callers that need a new
+	// lease fail at once with failErr until this time, instead of each
+	// waiting as long for the next attempt (slowFail).
+	failUntil atomic.Int64
+	failErr   atomic.Pointer[error]
 
 	// fenceWant counts Fence calls; fenceDone is the fenceWant value seen
 	// at the start of the latest successful renewal. While they differ the
@@ -79,9 +85,13 @@ func (a *allocator) next(ctx context.Context) (int64, error) {
 
 // tryNext is next without waiting: ok is false when next would wait for a
 // lease (a fence pending, or the lease used up), and the renewal it would
-// wait for has been started.
+// wait for has been started; in fail-fast mode (failUntil) it returns
+// that error and starts nothing.
 func (a *allocator) tryNext() (int64, bool, error) {
 	if a.fenceWant.Load() != a.fenceDone.Load() {
+		if err := a.failingFast(); err != nil {
+			return 0, false, err
+		}
 		_, err := a.start(0)
 		return 0, false, err
 	}
@@ -91,6 +101,9 @@ func (a *allocator) tryNext() (int64, bool, error) {
 		last := a.last.Load()
 		p := Next(last, now, a.inc.Load())
 		if p > hi {
+			if err := a.failingFast(); err != nil {
+				return 0, false, err
+			}
 			_, err := a.start(p)
 			return 0, false, err
 		}
@@ -130,6 +143,9 @@ func (a *allocator) renewSoon(now int64) {
 // and waits for it. The renewal itself runs under the Generator's context,
 // so one caller giving up does not fail it for the others.
 func (a *allocator) await(ctx context.Context, need int64) error {
+	if err := a.failingFast(); err != nil {
+		return err
+	}
 	r, err := a.start(need)
 	if err != nil {
 		return err
@@ -141,6 +157,21 @@ func (a *allocator) await(ctx context.Context, need int64) error {
 		return fmt.Errorf("generator: waiting for a lease for %v: %w", a.key, ctx.Err())
 	}
 }
+
+// failingFast returns the error of the last slow failed renewal while
+// callers must not wait for another (failUntil), nil otherwise.
+func (a *allocator) failingFast() error {
+	if a.g.clock.NowMs() < a.failUntil.Load() {
+		if p := a.failErr.Load(); p != nil {
+			return *p
+		}
+	}
+	return nil
+}
+
+// slowFailMs: a renewal failing after at least this long puts the allocator
+// in fail-fast mode for as long again.
+const slowFailMs = 250
 
 // start returns the renewal in flight, starting one if there is none.
 func (a *allocator) start(need int64) (*renewal, error) {
@@ -162,6 +193,7 @@ func (a *allocator) start(need int64) (*renewal, error) {
 func (a *allocator) renew(r *renewal) {
 	defer a.g.wg.Done()
 	fence := a.fenceWant.Load()
+	began := a.g.clock.NowMs()
 	err := a.lease(a.g.ctx, r.need)
 	if err == nil {
 		for {
@@ -172,7 +204,12 @@ func (a *allocator) renew(r *renewal) {
 		}
 	}
 	if err != nil {
-		a.retryAt.Store(a.g.clock.NowMs() + a.g.retryMs)
+		now := a.g.clock.NowMs()
+		if took := now - began; took >= slowFailMs {
+			a.failErr.Store(&err)
+			a.failUntil.Store(now + took)
+		}
+		a.retryAt.Store(now + a.g.retryMs)
 		a.g.logger.Warn("lease renewal failed", "database", a.key.Database,
 			"seq", a.key.Seq, "node", a.key.Node, "err", err)
 	}

@@ -1,6 +1,11 @@
 package generator
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+)
 
 // TryNext never waits: with no lease yet, an exhausted lease or a pending
 // fence it reports !ok and has started the renewal Next would wait for;
@@ -45,4 +50,41 @@ func TestTryNextNeverWaits(t *testing.T) {
 	if !ok || PositionOf(id) <= foreign {
 		t.Fatalf("after the fence: position %d (%v), want above foreign %d", PositionOf(id), ok, foreign)
 	}
+}
+
+// A renewal that fails slowly (compat's store waits up to 2 s while a
+// lease is pending, then fails) puts the key in fail-fast mode for as long
+// again: callers get the error at once instead of each waiting for a new
+// attempt. Regression: every INSERT of a transaction older than a new
+// lease state waited 2 s before the shim served it.
+func TestSlowFailureFailsFast(t *testing.T) {
+	s := NewMemStore()
+	g, clock := newTestGen(t, s)
+	mustNext(t, g, testKey) // lease up to 110
+	boom := errors.New("pending")
+	var attempts atomic.Int32
+	s.BeforeLease = func(context.Context, Key, int64, int64) error {
+		attempts.Add(1)
+		clock.Set(clock.NowMs() + 2000) // the store waited 2 s
+		return boom
+	}
+	clock.Set(200)
+	if _, err := g.Next(context.Background(), testKey); !errors.Is(err, boom) {
+		t.Fatalf("slow failure: %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := g.Next(context.Background(), testKey); !errors.Is(err, boom) {
+			t.Fatalf("Next during fail-fast: %v", err)
+		}
+		if _, ok, err := g.TryNext(testKey); ok || !errors.Is(err, boom) {
+			t.Fatalf("TryNext during fail-fast: %v, %v", ok, err)
+		}
+	}
+	settle(g)
+	if n := attempts.Load(); n != 1 {
+		t.Fatalf("%d lease attempts during fail-fast, want 1", n)
+	}
+	s.BeforeLease = nil
+	clock.Set(clock.NowMs() + 2001) // past the fail-fast window
+	wantPos(t, mustNext(t, g, testKey), clock.NowMs(), 0)
 }
