@@ -124,10 +124,9 @@ func (lp *eventLoop) remove(cfd, sfd int) {
 // in the loop under the same registration: a session handed over while
 // the batch is handled has inLoop false for its later events, and once its
 // goroutine has registered it again (new descriptors, a new loopGen), they
-// are stale too. Regression: a stale event handled on the new
-// registration could hand the session over before its goroutine had added
-// the new descriptors, which then stayed registered after their close and
-// kept the loop spinning on them.
+// are stale too: without that check the loop thread could act on the
+// session's next registration while its goroutine was still setting it
+// up.
 func (lp *eventLoop) run() {
 	runtime.LockOSThread()
 	defer close(lp.done)
