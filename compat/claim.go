@@ -51,6 +51,21 @@ func (c *claim) check(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	return c.result()
+}
+
+// settled is check without waiting: done false while the first attempt
+// runs.
+func (c *claim) settled() (done bool, err error) {
+	select {
+	case <-c.ready:
+		return true, c.result()
+	default:
+		return false, nil
+	}
+}
+
+func (c *claim) result() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err

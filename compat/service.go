@@ -162,15 +162,7 @@ func (s *Service) TryNextval(database string, seq uint32, node int) (int64, bool
 		if err != nil {
 			return 0, false, err
 		}
-		select {
-		case <-c.ready:
-		default:
-			return 0, false, nil
-		}
-		c.mu.Lock()
-		err = c.err
-		c.mu.Unlock()
-		if err != nil {
+		if done, err := c.settled(); !done || err != nil {
 			return 0, false, err
 		}
 	}

@@ -87,6 +87,9 @@ func (a *allocator) next(ctx context.Context) (int64, error) {
 // lease (a fence pending, or the lease used up), and the renewal it would
 // wait for has been started; in fail-fast mode (failUntil) it returns
 // that error and starts nothing.
+//
+// Its loop repeats next's on purpose: with the loop in a function both
+// call, BenchmarkNextParallel went from 29 to 49 ns per ID.
 func (a *allocator) tryNext() (int64, bool, error) {
 	if a.fenceWant.Load() != a.fenceDone.Load() {
 		if err := a.failingFast(); err != nil {
