@@ -48,6 +48,35 @@ type frameReader struct {
 
 var errFrameTooShort = errors.New("message length too short")
 
+// frameState is what the front of a frameReader's buffer holds (front).
+type frameState uint8
+
+const (
+	frameNone    frameState = iota // not yet a whole header
+	framePartial                   // part of a message that fits the buffer
+	frameWhole                     // a whole message: next and a step may take it
+	// frameSlow: a header for the blocking path (next reports an invalid
+	// or oversized length; a message larger than the buffer is streamed).
+	frameSlow
+)
+
+// front tells what the buffer holds, without reading.
+func (f *frameReader) front() frameState {
+	b := f.r.Buffered()
+	if b < 5 {
+		return frameNone
+	}
+	h, _ := f.r.Peek(5)
+	l := int64(binary.BigEndian.Uint32(h[1:]))
+	switch {
+	case l < 4 || l > int64(f.max) || l+1 > int64(f.r.Size()):
+		return frameSlow
+	case l+1 > int64(b):
+		return framePartial
+	}
+	return frameWhole
+}
+
 // next peeks at the next message header.
 func (f *frameReader) next() (byte, int, error) {
 	h, err := f.r.Peek(5)

@@ -3,7 +3,6 @@
 package wire
 
 import (
-	"encoding/binary"
 	"errors"
 	"net"
 	"os"
@@ -165,19 +164,14 @@ func (ss *session) loopEvent(lp *eventLoop, client bool) {
 }
 
 // loopReady reports whether the loop can take over f: no read error kept
-// for the next read, and no whole message buffered (the loop steps only
-// after a readiness event).
+// for the next read, and no whole message (nor a header for the blocking
+// path) buffered: the loop steps only after a readiness event.
 func (f *frameReader) loopReady() bool {
 	if f.src != nil && f.src.err != nil {
 		return false
 	}
-	b := f.r.Buffered()
-	if b < 5 {
-		return true
-	}
-	h, _ := f.r.Peek(5)
-	l := int64(binary.BigEndian.Uint32(h[1:]))
-	return l >= 4 && l+1 > int64(b)
+	st := f.front()
+	return st == frameNone || st == framePartial
 }
 
 // takeBuffered returns a copy of what f has read and not consumed,
@@ -214,17 +208,11 @@ func (f *frameReader) loopRead(step func(typ byte) error) error {
 		return errHandover
 	}
 	for {
-		b := f.r.Buffered()
-		if b < 5 {
+		switch f.front() {
+		case frameNone, framePartial:
 			return nil
-		}
-		h, _ := f.r.Peek(5)
-		l := int64(binary.BigEndian.Uint32(h[1:]))
-		if l < 4 || l > int64(f.max) || l+1 > int64(f.r.Size()) {
+		case frameSlow:
 			return errHandover
-		}
-		if l+1 > int64(b) {
-			return nil
 		}
 		typ, _, _ := f.next()
 		if err := step(typ); err != nil {

@@ -4,7 +4,6 @@ package wire
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -234,19 +233,15 @@ func (f *frameReader) poll(step func(typ byte) error) error {
 		s.fd, s.polling = int(fd), true
 		defer func() { s.polling = false }()
 		for {
-			if b := f.r.Buffered(); b >= 5 {
-				h, _ := f.r.Peek(5)
-				l := int64(binary.BigEndian.Uint32(h[1:]))
-				if l < 4 || l > int64(f.max) || l+1 > int64(f.r.Size()) {
+			switch f.front() {
+			case frameSlow:
+				return true
+			case frameWhole:
+				typ, _, _ := f.next()
+				if stepErr = step(typ); stepErr != nil {
 					return true
 				}
-				if l+1 <= int64(b) {
-					typ, _, _ := f.next()
-					if stepErr = step(typ); stepErr != nil {
-						return true
-					}
-					continue
-				}
+				continue
 			}
 			if _, err := f.r.Peek(f.r.Buffered() + 1); err != nil {
 				if err == errWouldBlock && f.pk != nil && f.pk.park() {
