@@ -162,18 +162,15 @@ func (p *clientPump) bind() error {
 		prevPortal = p.portal(portal)
 		p.setPortal(portal, rec, true)
 	}
-	// On the event loop's thread: undo the portal record before handing
-	// over, so that the pumps' Bind starts from the same state.
-	handover := func() error {
-		p.setPortal(portal, prevPortal, portalWasLive)
-		return errHandover
-	}
 	if rec != nil && rec.types != nil && ok1 && ok2 {
 		if err := p.revalidate(stmt, rec); err != nil {
 			return err
 		}
 		if p.mustWait() {
-			return handover()
+			// On the event loop's thread: the pumps' Bind starts from
+			// the same portal record.
+			p.setPortal(portal, prevPortal, portalWasLive)
+			return errHandover
 		}
 	}
 	if rec == nil || rec.ids == 0 {
@@ -208,7 +205,8 @@ func (p *clientPump) bind() error {
 	bin := nf == 1 && binaryAt(rest, pos)
 	allValid, _ := p.values(rec.t, true, true)
 	if p.mustWait() {
-		return handover()
+		p.setPortal(portal, prevPortal, portalWasLive)
+		return errHandover
 	}
 	p.noteShimSlots(rec.t)
 	if allValid && rec.pl.Local != nil && len(portal) == 0 {

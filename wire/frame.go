@@ -3,7 +3,6 @@ package wire
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"io"
 )
 
@@ -45,8 +44,6 @@ type frameReader struct {
 	src *sockReader // under r when the connection is a socket (see poll); nil otherwise
 	pk  *parker     // the pump's side of the return to the event loop (loop.go); nil: none
 }
-
-var errFrameTooShort = errors.New("message length too short")
 
 // frameState is what the front of a frameReader's buffer holds (front).
 type frameState uint8
