@@ -76,7 +76,7 @@ var errHandover = errors.New("continue in the pumps")
 // read, and flushes to the server when no more client input is buffered.
 func (p *clientPump) step(typ byte) error {
 	ss := (*session)(p)
-	ss.msgs.Add(1)
+	ss.msgs.Store(ss.msgs.Load() + 1) // one writer: no locked add per message
 	if typ == 'X' {
 		// Before the server can see the Terminate: its close is then
 		// expected (regression: the server pump read the EOF before the

@@ -98,7 +98,8 @@ type session struct {
 	pendingOut [2][]byte
 	loopOK     bool // the session entered a loop once: it may return (loop.go)
 	// pumpState: parked bits and stopping (loop.go). msgs counts client
-	// messages; msgsAtSwitch is msgs at the last entry to or exit from the
+	// messages (written only by whoever runs the client steps, read by the
+	// other pump); msgsAtSwitch is msgs at the last entry to or exit from the
 	// loop, loopMin the back-off (session goroutine, read by the pumps).
 	pumpState    atomic.Uint32
 	msgs         atomic.Uint64
