@@ -40,11 +40,11 @@ func TestLoopRelaysPassThroughThenHandsOver(t *testing.T) {
 	srv, db, p, sf := snowflakeSetup(t)
 	c := connect(t, p.url(srv, db))
 	ctx := ctxT(t)
-	for mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
 		for i := 0; i < 50; i++ {
 			var n int
-			if err := c.QueryRow(ctx, "SELECT $1::int + 1", pgx.QueryExecMode(mode+1), i).Scan(&n); err != nil || n != i+1 {
-				t.Fatalf("mode %d: %d, %v", mode+1, n, err)
+			if err := c.QueryRow(ctx, "SELECT $1::int + 1", mode, i).Scan(&n); err != nil || n != i+1 {
+				t.Fatalf("mode %v: %d, %v", mode, n, err)
 			}
 		}
 	}
@@ -199,7 +199,7 @@ func TestLoopSlowReaderGetsEverything(t *testing.T) {
 	srv := pgtest.Shared(t)
 	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}})
 	s := startRaw(t, p.addr, srv.Superuser(), "postgres")
-	const rows = 300000 // about 8 MB of DataRows: more than the sockets buffer
+	const rows = 300000 // about 9.2 MB of DataRows: more than the sockets buffer
 	b, _ := (&pgproto3.Query{String: fmt.Sprintf("SELECT i, repeat('x', 10) FROM generate_series(1, %d) i", rows)}).Encode(nil)
 	if _, err := s.c.Write(b); err != nil {
 		t.Fatal(err)
