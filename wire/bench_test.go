@@ -58,32 +58,26 @@ func benchSession(track bool, r io.Reader) *session {
 func BenchmarkRelayServerToClient(b *testing.B) {
 	stream := encodeAll(&pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("42"), []byte("hello")}},
 		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
-	for _, track := range []bool{false, true} {
-		name := "relay"
-		if track {
-			name = "tracked"
-		}
-		b.Run(name, func(b *testing.B) {
-			ss := benchSession(track, &repeatReader{data: stream})
-			p := (*serverPump)(ss)
-			b.ReportAllocs()
-			b.SetBytes(int64(len(stream) / 4))
-			for i := 0; i < b.N; i++ {
-				if track && i%4 == 0 {
-					ss.q.push(owed{kind: owedBind})
-					ss.q.push(owed{kind: owedExecute})
-					ss.q.push(owed{kind: owedSync})
-				}
-				typ, _, err := ss.sr.next()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := p.handle(typ); err != nil {
-					b.Fatal(err)
-				}
+	runTracked(b, func(b *testing.B, track bool) {
+		ss := benchSession(track, &repeatReader{data: stream})
+		p := (*serverPump)(ss)
+		b.ReportAllocs()
+		b.SetBytes(int64(len(stream) / 4))
+		for i := 0; i < b.N; i++ {
+			if track && i%4 == 0 {
+				ss.q.push(owed{kind: owedBind})
+				ss.q.push(owed{kind: owedExecute})
+				ss.q.push(owed{kind: owedSync})
 			}
-		})
-	}
+			typ, _, err := ss.sr.next()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.handle(typ); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkRelayClientToServer relays pipelined Bind/Execute/Sync messages
@@ -91,32 +85,38 @@ func BenchmarkRelayServerToClient(b *testing.B) {
 func BenchmarkRelayClientToServer(b *testing.B) {
 	stream := encodeAll(&pgproto3.Bind{PreparedStatement: "s1", Parameters: [][]byte{[]byte("1")}},
 		&pgproto3.Execute{}, &pgproto3.Sync{})
+	runTracked(b, func(b *testing.B, track bool) {
+		ss := benchSession(track, &repeatReader{data: stream})
+		p := (*clientPump)(ss)
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			typ, _, err := ss.cr.next()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if track {
+				err = p.dispatch(typ)
+				if typ == 'S' {
+					ss.q = owedQueue{items: ss.q.items[:0]}
+				}
+			} else {
+				err = ss.cr.forward(ss.sw)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// runTracked runs f as two sub-benchmarks: "relay" without a Rewriter and
+// "tracked" with one.
+func runTracked(b *testing.B, f func(b *testing.B, track bool)) {
 	for _, track := range []bool{false, true} {
 		name := "relay"
 		if track {
 			name = "tracked"
 		}
-		b.Run(name, func(b *testing.B) {
-			ss := benchSession(track, &repeatReader{data: stream})
-			p := (*clientPump)(ss)
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				typ, _, err := ss.cr.next()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if track {
-					err = p.dispatch(typ)
-					if typ == 'S' {
-						ss.q = owedQueue{items: ss.q.items[:0]}
-					}
-				} else {
-					err = ss.cr.forward(ss.sw)
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(name, func(b *testing.B) { f(b, track) })
 	}
 }

@@ -18,13 +18,7 @@ import (
 // before the next. Allocations are per round trip (the loop thread
 // included): 0.
 func BenchmarkRelayLoop(b *testing.B) {
-	for _, track := range []bool{false, true} {
-		name := "relay"
-		if track {
-			name = "tracked"
-		}
-		b.Run(name, func(b *testing.B) { benchRelayLoop(b, track) })
-	}
+	runTracked(b, benchRelayLoop)
 }
 
 func benchRelayLoop(b *testing.B, track bool) {
