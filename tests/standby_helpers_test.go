@@ -1,0 +1,244 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+)
+
+// standbyPair is a primary and a hot standby streaming from it, both
+// private servers stopped at the end of the test, with one database (db)
+// created on the primary before the base backup.
+type standbyPair struct {
+	primary *pgserver.Server
+	standby *pgserver.Server
+	db      string
+}
+
+// startStandbyPair starts a primary that allows replication, takes a base
+// backup of it with pg_basebackup -R (as the server's OS user when root) and
+// starts that copy as a hot standby.
+func startStandbyPair(t *testing.T) *standbyPair {
+	t.Helper()
+	hba := []string{
+		"local all all trust",
+		"host all all 127.0.0.1/32 trust",
+		"local replication all trust",
+		"host replication all 127.0.0.1/32 trust",
+	}
+	primary := pgtest.Start(t, pgserver.Options{
+		HBA: hba,
+		Settings: map[string]string{
+			"wal_level":          "replica",
+			"max_wal_senders":    "5",
+			"hot_standby":        "on",
+			"full_page_writes":   "on", // pgtest turns it off; keep backups sane
+			"wal_sender_timeout": "'10s'",
+		},
+	})
+	p := &standbyPair{primary: primary, db: "standbydb"}
+	pgtest.Exec(t, primary, "postgres", "CREATE DATABASE "+p.db)
+
+	// A directory the server's OS user owns (t.TempDir is root-only).
+	root, err := os.MkdirTemp("", "sfstandby-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	cred := serverCredential(t)
+	if cred != nil {
+		if err := os.Chown(root, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dataDir := filepath.Join(root, "data")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(primary.BinDir(), "pg_basebackup"),
+		"-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port()), "-U", primary.Superuser(),
+		"-D", dataDir, "-R", "-X", "stream", "-c", "fast", "--no-sync")
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.Dir = "/"
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_basebackup: %v: %s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "standby.signal")); err != nil {
+		t.Fatalf("pg_basebackup -R wrote no standby.signal: %v", err)
+	}
+	// pgserver reuses an existing cluster: it rewrites its own conf include
+	// and pg_hba.conf (new port and socket directory) and keeps
+	// standby.signal and primary_conninfo from postgresql.auto.conf.
+	standby, err := pgserver.Start(ctx, pgserver.Options{
+		BinDir:  primary.BinDir(),
+		DataDir: dataDir,
+		HBA:     hba,
+		Settings: map[string]string{
+			"hot_standby":        "on",
+			"fsync":              "off",
+			"synchronous_commit": "off",
+		},
+	})
+	if err != nil {
+		t.Fatalf("starting the standby: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := standby.Stop(ctx); err != nil {
+			t.Errorf("stopping the standby: %v", err)
+		}
+	})
+	p.standby = standby
+
+	// It really is a standby.
+	c := connectURL(t, standby.URL(p.db))
+	var inRecovery bool
+	if err := c.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
+		t.Fatalf("standby: pg_is_in_recovery(): %v", err)
+	}
+	if !inRecovery {
+		t.Fatal("the standby is not in recovery: it is not a standby")
+	}
+	_ = c.Close(ctx)
+	return p
+}
+
+// serverCredential is the OS user the test servers run as when the test
+// runs as root (pgserver's default, "postgres"), nil otherwise.
+func serverCredential(t *testing.T) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("running as root and no postgres user: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+}
+
+// connectURL opens a pgx connection (default exec mode), closed at the end
+// of the test.
+func connectURL(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return connectConfig(t, cfg)
+}
+
+// waitReplayed waits until the standby has replayed everything the primary
+// has written so far (polling, bounded by a deadline).
+func (p *standbyPair) waitReplayed(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	pc := connectURL(t, p.primary.URL(p.db))
+	var lsn string
+	if err := pc.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		t.Fatalf("primary: pg_current_wal_lsn(): %v", err)
+	}
+	_ = pc.Close(ctx)
+	sc := connectURL(t, p.standby.URL(p.db))
+	defer sc.Close(context.Background())
+	var last string
+	for {
+		var done bool
+		var replay *string
+		err := sc.QueryRow(ctx, "SELECT pg_last_wal_replay_lsn()::text, coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&replay, &done)
+		if err != nil {
+			t.Fatalf("standby has not replayed up to %s (last replayed %s): %v", lsn, last, err)
+		}
+		if replay != nil {
+			last = *replay
+		}
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("standby has not replayed up to %s within the deadline (last replayed %s)", lsn, last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// proxyGoroutine matches the code of the proxy (and the pools its services
+// open) in a goroutine's frames.
+var proxyGoroutine = regexp.MustCompile(`snowflake-proxy/(wire|compat|generator|rewrite|internal/app)\.|jackc/pgx/v5/pgxpool\.`)
+
+var goroutineHeader = regexp.MustCompile(`^goroutine (\d+) `)
+
+// proxyGoroutines returns the goroutines running proxy code, by id.
+func proxyGoroutines() map[string]string {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	out := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		m := goroutineHeader.FindStringSubmatch(g)
+		if m == nil {
+			continue
+		}
+		// The frames only: a goroutine that has returned but not yet
+		// exited still names its creator.
+		frames := g
+		if i := strings.Index(g, "\ncreated by "); i >= 0 {
+			frames = g[:i]
+		}
+		if proxyGoroutine.MatchString(frames) && !strings.Contains(frames, "tests.Test") {
+			out[m[1]] = g
+		}
+	}
+	return out
+}
+
+// waitNoNewProxyGoroutines polls until no proxy goroutine outside baseline
+// remains, and fails listing them after the deadline.
+func waitNoNewProxyGoroutines(t *testing.T, baseline map[string]string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var left []string
+		for id, g := range proxyGoroutines() {
+			if _, ok := baseline[id]; !ok {
+				left = append(left, g)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d proxy goroutines left after Close:\n%s", len(left), strings.Join(left, "\n\n"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// describeErr renders an error with its SQLSTATE for failure messages.
+func describeErr(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	return fmt.Sprintf("%v (SQLSTATE %q)", err, sqlState(err))
+}
