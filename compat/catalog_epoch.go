@@ -115,8 +115,13 @@ func (w *catalogWatch) run() {
 		if !logged {
 			// Once per watch: a database the control role cannot reach
 			// would otherwise log every second.
-			w.s.log.Warn("catalog watch failed; column defaults go to the server until it is back",
-				"database", w.db, "err", err)
+			if isReadOnlyServer(err) {
+				w.s.log.Warn("server is read-only (a hot standby?): column defaults go to the server, which refuses writes, until it is promoted",
+					"database", w.db, "err", err)
+			} else {
+				w.s.log.Warn("catalog watch failed; column defaults go to the server until it is back",
+					"database", w.db, "err", err)
+			}
 			logged = true
 		}
 		select {
@@ -220,4 +225,12 @@ func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) e
 		}
 		return fmt.Errorf("compat: catalog watch on %q: %w", w.db, err)
 	}
+}
+
+// isReadOnlyServer reports whether err is the server refusing LISTEN because
+// it is read-only: a hot standby says 25006 (read_only_sql_transaction).
+// The watch keeps retrying: a promoted standby takes LISTEN.
+func isReadOnlyServer(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25006"
 }

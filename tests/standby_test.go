@@ -1,13 +1,16 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +39,26 @@ const (
 type standbySetup struct {
 	*standbyPair
 	ids []int64
+	log lockedBuffer // what the standby's proxy logged
+}
+
+// lockedBuffer collects a proxy's log lines; its goroutines write while the
+// test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func setupStandby(t *testing.T) *standbySetup {
@@ -80,7 +103,7 @@ func (s *standbySetup) startStandbyProxy(t *testing.T) *app.App {
 		Listen:   "127.0.0.1:0",
 		Upstream: s.standby.URL("postgres"),
 		Node:     standbyProxyNode,
-		Logger:   testLogger(),
+		Logger:   slog.New(slog.NewTextHandler(&s.log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		t.Fatalf("the proxy refuses to start in front of a hot standby: %v", err)
@@ -284,6 +307,17 @@ func TestStandbyIssuingFailsLikeTheServer(t *testing.T) {
 			}
 		})
 	}
+	// The INSERTs started the catalog watch, which cannot LISTEN during
+	// recovery; the log says why (not "until it is back": a standby is
+	// not coming back by itself).
+	const want = "server is read-only (a hot standby?)"
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(s.log.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy's log does not say %q; it holds:\n%s", want, s.log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func mustRunWithin(t *testing.T, conn *pgx.Conn, sql string) {
@@ -307,7 +341,7 @@ func TestStandbyCloseLeavesNoGoroutines(t *testing.T) {
 		Listen:   "127.0.0.1:0",
 		Upstream: s.standby.URL("postgres"),
 		Node:     standbyProxyNode,
-		Logger:   testLogger(),
+		Logger:   slog.New(slog.NewTextHandler(&s.log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		t.Fatalf("the proxy refuses to start in front of a hot standby: %v", err)
