@@ -59,6 +59,16 @@ func copyCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// copySession connects in mode, waits until the proxy fills defaults
+// itself, and returns the connection, a COPY-sized context and a fresh
+// fast-path ID to compare later IDs with.
+func (e *testEnv) copySession(t *testing.T, mode pgx.QueryExecMode) (*pgx.Conn, context.Context, int64) {
+	t.Helper()
+	conn := e.connect(t, mode)
+	waitFastDefaults(t, conn, "probe")
+	return conn, copyCtx(t), mustInt64(t, conn, "SELECT snowflake.nextval()")
+}
+
 // textRows is n lines prefix000000, prefix000001, ... in COPY text format.
 func textRows(prefix string, n int) string {
 	var sb strings.Builder
@@ -381,10 +391,7 @@ func TestCopyFromBadRowKeepsTheSessionUsable(t *testing.T) {
 	}
 
 	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
-		conn := e.connect(t, mode)
-		waitFastDefaults(t, conn, "probe")
-		ctx := copyCtx(t)
-		before := mustInt64(t, conn, "SELECT snowflake.nextval()")
+		conn, ctx, before := e.copySession(t, mode)
 
 		_, err := conn.PgConn().CopyFrom(ctx, strings.NewReader(data), "COPY nums (n) FROM STDIN")
 		wantError(t, "COPY with a bad row", err, "22P02", `invalid input syntax for type integer: "notanumber"`)
@@ -468,10 +475,7 @@ func (s *abortingSource) Err() error {
 func TestCopyFromClientAbortKeepsTheSessionUsable(t *testing.T) {
 	e := newCopyEnv(t, "")
 	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
-		conn := e.connect(t, mode)
-		waitFastDefaults(t, conn, "probe")
-		ctx := copyCtx(t)
-		before := mustInt64(t, conn, "SELECT snowflake.nextval()")
+		conn, ctx, before := e.copySession(t, mode)
 
 		src := &abortingSource{n: copyRows, err: errors.New("the client gave up")}
 		_, err := conn.CopyFrom(ctx, pgx.Identifier{"t"}, []string{"payload"}, src)
@@ -503,10 +507,7 @@ func TestCopyFromClientAbortKeepsTheSessionUsable(t *testing.T) {
 func TestCopyFromRolledBack(t *testing.T) {
 	e := newCopyEnv(t, "")
 	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
-		conn := e.connect(t, mode)
-		waitFastDefaults(t, conn, "probe")
-		ctx := copyCtx(t)
-		before := mustInt64(t, conn, "SELECT snowflake.nextval()")
+		conn, ctx, before := e.copySession(t, mode)
 
 		mustRun(t, conn, "BEGIN")
 		n, err := conn.CopyFrom(ctx, pgx.Identifier{"t"}, []string{"payload"},
@@ -621,10 +622,7 @@ func TestCopyToStdoutLargeTable(t *testing.T) {
 func TestCopyToStdoutPerRowNextval(t *testing.T) {
 	e := newCopyEnv(t, "")
 	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
-		conn := e.connect(t, mode)
-		waitFastDefaults(t, conn, "probe")
-		ctx := copyCtx(t)
-		before := mustInt64(t, conn, "SELECT snowflake.nextval()")
+		conn, ctx, before := e.copySession(t, mode)
 		out, tag := copyOut(t, ctx, conn, fmt.Sprintf("COPY (SELECT snowflake.nextval() FROM generate_series(1, %d)) TO STDOUT", copyRows))
 		if tag.RowsAffected() != copyRows {
 			t.Errorf("tag %q, want COPY %d", tag.String(), copyRows)

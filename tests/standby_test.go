@@ -93,18 +93,24 @@ func setupStandby(t *testing.T) *standbySetup {
 	return &standbySetup{standbyPair: p, ids: ids}
 }
 
+// proxyConfig is the standby's proxy: node standbyProxyNode, warnings
+// and errors logged to s.log.
+func (s *standbySetup) proxyConfig() app.Config {
+	return app.Config{
+		Listen:   "127.0.0.1:0",
+		Upstream: s.standby.URL("postgres"),
+		Node:     standbyProxyNode,
+		Logger:   slog.New(slog.NewTextHandler(&s.log, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+}
+
 // startStandbyProxy starts a proxy (node standbyProxyNode) in front of the
 // standby and closes it at the end of the test.
 func (s *standbySetup) startStandbyProxy(t *testing.T) *app.App {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := app.Start(ctx, app.Config{
-		Listen:   "127.0.0.1:0",
-		Upstream: s.standby.URL("postgres"),
-		Node:     standbyProxyNode,
-		Logger:   slog.New(slog.NewTextHandler(&s.log, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	a, err := app.Start(ctx, s.proxyConfig())
 	if err != nil {
 		t.Fatalf("the proxy refuses to start in front of a hot standby: %v", err)
 	}
@@ -337,12 +343,7 @@ func TestStandbyCloseLeavesNoGoroutines(t *testing.T) {
 	baseline := proxyGoroutines()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := app.Start(ctx, app.Config{
-		Listen:   "127.0.0.1:0",
-		Upstream: s.standby.URL("postgres"),
-		Node:     standbyProxyNode,
-		Logger:   slog.New(slog.NewTextHandler(&s.log, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	a, err := app.Start(ctx, s.proxyConfig())
 	if err != nil {
 		t.Fatalf("the proxy refuses to start in front of a hot standby: %v", err)
 	}
