@@ -321,14 +321,8 @@ func TestLoopBackendTerminated(t *testing.T) {
 // a long query) and stops the loops: no goroutine of this package remains.
 func TestLoopCloseLeavesNoGoroutines(t *testing.T) {
 	srv := pgtest.Shared(t)
-	s, err := New(Config{Upstream: Upstream{Address: srv.Addr()}, Rewriter: &fakeRewriter{plans: snowflakePlans()}, EventLoops: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
-	p := &proxy{Server: s, addr: ln.Addr().String()}
+	p := serveProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}, EventLoops: 2})
+	s, served := p.Server, p.done
 	app := fmt.Sprintf("loop_close_%d", time.Now().UnixNano())
 	idle := connectPg(t, p.url(srv, "postgres"))
 	_ = idle

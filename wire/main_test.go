@@ -29,6 +29,20 @@ type proxy struct {
 
 func startProxy(t testing.TB, srv *pgserver.Server, cfg Config) *proxy {
 	t.Helper()
+	p := serveProxy(t, srv, cfg)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+		<-p.done
+	})
+	return p
+}
+
+// serveProxy is startProxy without the Close at cleanup, for the tests of
+// Close itself: p.done receives what Serve returns.
+func serveProxy(t testing.TB, srv *pgserver.Server, cfg Config) *proxy {
+	t.Helper()
 	if cfg.Upstream.Address == "" {
 		cfg.Upstream = Upstream{Network: "tcp", Address: srv.Addr()}
 	}
@@ -45,12 +59,6 @@ func startProxy(t testing.TB, srv *pgserver.Server, cfg Config) *proxy {
 	}
 	p := &proxy{Server: s, addr: ln.Addr().String(), done: make(chan error, 1)}
 	go func() { p.done <- s.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Close(ctx)
-		<-p.done
-	})
 	return p
 }
 

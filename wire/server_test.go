@@ -36,14 +36,8 @@ func wireGoroutines() []string {
 // inside a long query and one stuck in startup are all ended.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	srv := pgtest.Shared(t)
-	s, err := New(Config{Upstream: Upstream{Address: srv.Addr()}, Rewriter: &fakeRewriter{plans: snowflakePlans()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
-	p := &proxy{Server: s, addr: ln.Addr().String()}
+	p := serveProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}})
+	s, served := p.Server, p.done
 	idle := connectPg(t, p.url(srv, "postgres"))
 	busy := connectPg(t, p.url(srv, "postgres"))
 	_ = idle
