@@ -186,6 +186,7 @@ func (h *harness) variants(w workload) []variant {
 
 func (h *harness) measureOne(ctx context.Context, w workload, v variant, script, mode string, clients int) measurement {
 	var port int
+	cpu := &cpuParts{serverPID: postmasterPID(h.srv.DataDir())}
 	switch v.Route {
 	case viaDirect:
 		port = h.srv.Port()
@@ -194,14 +195,19 @@ func (h *harness) measureOne(ctx context.Context, w workload, v variant, script,
 			return measurement{Err: fmt.Errorf("pgbouncer exited (%v): %s", why, tailFile(h.pgb.log, 3))}
 		}
 		port = h.pbPort
+		cpu.relayPID = h.pgb.cmd.Process.Pid
 	case viaProxy:
 		if err := h.proxy.ensure(ctx); err != nil {
 			return measurement{Err: err}
 		}
 		port = h.proxy.port
+		cpu.relayPID = h.proxy.p.cmd.Process.Pid
+	}
+	if cpu.serverPID == 0 {
+		cpu = nil
 	}
 	h.checkpoint(ctx)
-	return runPgbench(ctx, pgbenchRun{Port: port, Script: script, Builtin: w.Builtin, Mode: mode, Clients: clients, Duration: h.cfg.duration})
+	return runPgbench(ctx, pgbenchRun{Port: port, Script: script, Builtin: w.Builtin, Mode: mode, Clients: clients, Duration: h.cfg.duration}, cpu)
 }
 
 // checkpoint flushes dirty buffers so a checkpoint does not land inside the
@@ -235,6 +241,11 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 		int(h.cfg.duration/time.Second), h.cfg.rounds)
 	md.printf("- command: go run ./bench %s\n\n", h.cfg.argsString())
 	rep.writeMarkdown(&md)
+	var cpu mdBuffer
+	if rep.writeCPUMarkdown(&cpu) {
+		md.printf("\nCPU per transaction, µs (medians; exact run time of every thread from /proc/<pid>/task/<tid>/schedstat, read at 20%% and 90%% of each run; server = postmaster and its children, relay = proxy or PgBouncer, client = pgbench):\n\n")
+		md.printf("%s", cpu.String())
+	}
 	md.printf("\nColumns per workload (cells are median TPS / mean latency in ms; ratios are of TPS; \"added lat proxy/pgb\" = (proxy - direct latency) / (pgbouncer - direct latency)):\n\n")
 	for _, w := range wls {
 		for _, v := range h.variants(w) {

@@ -22,6 +22,7 @@ const pgbenchSlack = 60 * time.Second
 type measurement struct {
 	TPS   float64
 	LatMs float64 // latency average, ms
+	CPU   cpuUse  // CPU per transaction, when it was read (cpu.go)
 	Err   error
 }
 
@@ -53,7 +54,9 @@ func (r pgbenchRun) args() []string {
 
 // runPgbench runs pgbench and parses its summary. A failed run (non-zero
 // exit, aborted clients, no summary) returns its error in the measurement.
-func runPgbench(ctx context.Context, r pgbenchRun) measurement {
+// With cpu, and a run of at least cpuMinDuration, it also reads the CPU
+// of cpu's parts at 20% and 90% of the run (cpu.go).
+func runPgbench(ctx context.Context, r pgbenchRun, cpu *cpuParts) measurement {
 	ctx, cancel := context.WithTimeout(ctx, r.Duration+pgbenchSlack)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "pgbench", r.args()...)
@@ -63,7 +66,24 @@ func runPgbench(ctx context.Context, r pgbenchRun) measurement {
 	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		return measurement{Err: fmt.Errorf("pgbench: %w", err)}
+	}
+	var first, second cpuReading
+	var window time.Duration
+	if cpu != nil && r.Duration >= cpuMinDuration {
+		parts := *cpu
+		parts.clientPID = cmd.Process.Pid
+		if sleepCtx(ctx, r.Duration/5) {
+			t0 := time.Now()
+			first = parts.read()
+			if sleepCtx(ctx, r.Duration*7/10) {
+				window = time.Since(t0)
+				second = parts.read()
+			}
+		}
+	}
+	err := cmd.Wait()
 	if ctx.Err() != nil {
 		return measurement{Err: fmt.Errorf("pgbench killed: %w", context.Cause(ctx))}
 	}
@@ -78,7 +98,26 @@ func runPgbench(ctx context.Context, r pgbenchRun) measurement {
 		}
 		return measurement{Err: errors.New(msg)}
 	}
+	if window > 0 {
+		m.CPU = perTx(first, second, m.TPS*window.Seconds())
+	}
 	return m
+}
+
+// cpuMinDuration is the shortest run whose CPU is read: the window must
+// leave out connection set-up and teardown.
+const cpuMinDuration = 2 * time.Second
+
+// sleepCtx waits d and reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 var (

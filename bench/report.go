@@ -122,7 +122,50 @@ func (r *report) rows() [][]string {
 // and its footnotes.
 func (r *report) writeMarkdown(w io.Writer) {
 	r.footnotes, r.noteIndex = nil, map[string]int{}
-	header, body := r.header(), r.rows()
+	writeTable(w, r.header(), r.rows())
+	if len(r.footnotes) > 0 {
+		fmt.Fprintln(w)
+		for i, f := range r.footnotes {
+			fmt.Fprintf(w, "- [%d] %s\n", i+1, f)
+		}
+	}
+}
+
+// writeCPUMarkdown writes the CPU table (cpu.go): per row and target, the
+// median µs of CPU per transaction of the server, the relay and pgbench,
+// and their sum. It writes nothing when no run's CPU was read.
+func (r *report) writeCPUMarkdown(w io.Writer) bool {
+	header := []string{"workload", "mode", "clients"}
+	for _, c := range r.columns() {
+		header = append(header, columnNames[c]+" server + relay + client")
+	}
+	var body [][]string
+	found := false
+	for _, k := range r.res.order {
+		row := []string{r.workload(k.Workload).Title, k.Mode, strconv.Itoa(k.Clients)}
+		for _, c := range r.columns() {
+			s := summarize(r.res.rows[k][c])
+			cell := ""
+			if s.CPU.OK {
+				u := s.CPU
+				cell = fmt.Sprintf("%.1f + %.1f + %.1f = %.1f", u.Server, u.Relay, u.Client, u.Server+u.Relay+u.Client)
+				found = true
+			} else if s.Present {
+				cell = "-"
+			}
+			row = append(row, cell)
+		}
+		body = append(body, row)
+	}
+	if found {
+		writeTable(w, header, body)
+	}
+	return found
+}
+
+// writeTable writes a Markdown table padded so that it also reads as plain
+// text: text columns left-aligned, the rest right-aligned.
+func writeTable(w io.Writer, header []string, body [][]string) {
 	width := make([]int, len(header))
 	for _, row := range append([][]string{header}, body...) {
 		for i, c := range row {
@@ -153,12 +196,6 @@ func (r *report) writeMarkdown(w io.Writer) {
 	line(sep)
 	for _, row := range body {
 		line(row)
-	}
-	if len(r.footnotes) > 0 {
-		fmt.Fprintln(w)
-		for i, f := range r.footnotes {
-			fmt.Fprintf(w, "- [%d] %s\n", i+1, f)
-		}
 	}
 }
 
@@ -207,16 +244,22 @@ func (r *report) writeCSV(out io.Writer) error {
 // writeRunsCSV writes every pgbench run.
 func (r *report) writeRunsCSV(out io.Writer) error {
 	w := csv.NewWriter(out)
-	if err := w.Write([]string{"workload", "mode", "clients", "target", "round", "tps", "lat_ms", "error"}); err != nil {
+	if err := w.Write([]string{"workload", "mode", "clients", "target", "round", "tps", "lat_ms", "error",
+		"server_cpu_us_per_tx", "relay_cpu_us_per_tx", "client_cpu_us_per_tx"}); err != nil {
 		return err
 	}
 	for _, run := range r.res.runs {
-		rec := []string{run.Key.Workload, run.Key.Mode, strconv.Itoa(run.Key.Clients), columnNames[run.Col], strconv.Itoa(run.Round + 1), "", "", ""}
+		rec := []string{run.Key.Workload, run.Key.Mode, strconv.Itoa(run.Key.Clients), columnNames[run.Col], strconv.Itoa(run.Round + 1), "", "", "", "", "", ""}
 		if run.Result.Err != nil {
 			rec[7] = oneLine(run.Result.Err.Error())
 		} else {
 			rec[5] = strconv.FormatFloat(run.Result.TPS, 'f', 2, 64)
 			rec[6] = strconv.FormatFloat(run.Result.LatMs, 'f', 3, 64)
+		}
+		if u := run.Result.CPU; u.OK {
+			rec[8] = strconv.FormatFloat(u.Server, 'f', 2, 64)
+			rec[9] = strconv.FormatFloat(u.Relay, 'f', 2, 64)
+			rec[10] = strconv.FormatFloat(u.Client, 'f', 2, 64)
 		}
 		if err := w.Write(rec); err != nil {
 			return err

@@ -50,12 +50,14 @@ type summary struct {
 	Runs    int
 	TPS     float64
 	LatMs   float64
-	Err     error // the first error, when a run failed
+	CPU     cpuUse // medians, per part, of the runs whose CPU was read
+	Err     error  // the first error, when a run failed
 }
 
 func summarize(ms []measurement) summary {
 	s := summary{Present: len(ms) > 0, Runs: len(ms)}
 	var tps, lat []float64
+	var cpu [numCPUParts][]float64
 	for _, m := range ms {
 		if m.Err != nil {
 			if s.Err == nil {
@@ -65,10 +67,18 @@ func summarize(ms []measurement) summary {
 		}
 		tps = append(tps, m.TPS)
 		lat = append(lat, m.LatMs)
+		if m.CPU.OK {
+			cpu[partServer] = append(cpu[partServer], m.CPU.Server)
+			cpu[partRelay] = append(cpu[partRelay], m.CPU.Relay)
+			cpu[partClient] = append(cpu[partClient], m.CPU.Client)
+		}
 	}
 	s.OK = len(tps)
 	if s.OK > 0 {
 		s.TPS, s.LatMs = median(tps), median(lat)
+	}
+	if len(cpu[partServer]) > 0 {
+		s.CPU = cpuUse{OK: true, Server: median(cpu[partServer]), Relay: median(cpu[partRelay]), Client: median(cpu[partClient])}
 	}
 	return s
 }
