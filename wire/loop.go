@@ -129,7 +129,7 @@ const (
 	maxLoopMin    = 4096 // the longest back-off, in client messages
 )
 
-// defaultEventLoops is Config.EventLoops's default for procs GOMAXPROCS:
+// DefaultEventLoops is Config.EventLoops's default for procs GOMAXPROCS:
 // one loop per core, sessions assigned in turn. Measured on the 2-core
 // benchmark machine (go run ./bench, 8 clients): one loop relays
 // pass-through round trips with about a quarter less CPU each (more
@@ -139,7 +139,15 @@ const (
 // against 115-121k on two. A load-based policy (fill the first loop,
 // move sessions to the second when its thread is busy) did not tell the
 // two apart here: in both the loop thread's CPU share was about 65%.
-func defaultEventLoops(procs int) int { return max(1, procs) }
+//
+// A loop thread waits in epoll_wait holding a P (cmd/snowflake-proxy
+// gives the loops Ps of their own for that reason).
+func DefaultEventLoops(procs int) int { return max(1, procs) }
+
+// EventLoopsAvailable reports whether this platform has event loops
+// (Linux, epoll); elsewhere Config.EventLoops is ignored and every session
+// runs on its own goroutines.
+const EventLoopsAvailable = loopAvailable
 
 // pickLoop returns the event loop for a new session's relay, starting the
 // loops on first use, or nil when sessions must use goroutines only.

@@ -152,7 +152,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Dial = d.DialContext
 	}
 	if cfg.EventLoops == 0 {
-		cfg.EventLoops = defaultEventLoops(runtime.GOMAXPROCS(0))
+		cfg.EventLoops = DefaultEventLoops(runtime.GOMAXPROCS(0))
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With(logComponent, "wire"),
 		listeners: map[net.Listener]struct{}{}, sessions: map[*session]struct{}{}}

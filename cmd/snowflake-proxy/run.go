@@ -38,8 +38,8 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key (PEM) for clients")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long sessions may finish before they are closed")
-	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: automatic, see setProcs)")
-	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions with epoll (0: GOMAXPROCS; -1: none, every session on its own goroutines)")
+	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: the CPUs the process may use, plus one per event loop; see setProcs)")
+	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions with epoll (0: one per CPU the process may use, or per P with --procs or $GOMAXPROCS; -1: none, every session on its own goroutines)")
 	fs.StringVar(&o.pprof, "pprof", "", "address to serve net/http/pprof on, e.g. 127.0.0.1:6060 (empty: off)")
 	fs.Usage = func() {
 		fmt.Fprintln(m.Stderr, "usage: snowflake-proxy [flags]\n       snowflake-proxy decode ID...\n       snowflake-proxy version\n\nflags (each also settable as SNOWFLAKE_PROXY_<NAME>):")
@@ -111,8 +111,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: level}))
-	procs := setProcs(o.procs)
-	logger.Debug("runtime", "gomaxprocs", procs)
+	procs, loops := setProcs(o.procs, o.eventLoops)
+	logger.Debug("runtime", "gomaxprocs", procs, "event_loops", loops)
 	if o.pprof != "" {
 		stop, err := servePprof(o.pprof, logger)
 		if err != nil {
@@ -121,7 +121,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		}
 		defer stop()
 	}
-	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger, EventLoops: o.eventLoops}
+	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger, EventLoops: loops}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)
