@@ -15,7 +15,7 @@ import (
 // watch armed, the next Bind prepared the statement again with the
 // proxy's value as a parameter, but the record kept its "defaults may run
 // in the shim" flag: every execution still fenced, so every INSERT waited
-// for a lease round trip, for the life of the session. Measured: 7.6-9.4k
+// for a lease round trip, for the life of the session. Measured: 7.3-9.4k
 // INSERTs/s at 8 pgbench clients against 27-31k once the sessions
 // reconnected; the server saw 7,590 lease calls for 36k INSERTs.
 //
