@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 func newService(t *testing.T, url string, node int, log *slog.Logger) *Service {
@@ -210,7 +211,7 @@ func TestNodeClaimConflict(t *testing.T) {
 	if _, err := a.Nextval(ctxT(t), db, oid, 6); err != nil {
 		t.Fatal(err)
 	}
-	var logBuf syncBuffer
+	var logBuf pgtest.SyncBuffer
 	b := newService(t, url, 6, slog.New(slog.NewTextHandler(&logBuf, nil)))
 	_, err := b.Nextval(ctxT(t), db, oid, 6)
 	if !errors.Is(err, ErrNodeClaimed) {
@@ -249,23 +250,6 @@ func TestNodeClaimConflict(t *testing.T) {
 	if queryInt(t, c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 6 AND classid = $1", int64(ClaimKey(6)>>32)) != 1 {
 		t.Fatal("claim lock not held")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A shim session whose transaction began before the lease created the

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/app"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 // The proxy in front of a hot standby (a read-only streaming replica): it
@@ -39,26 +38,7 @@ const (
 type standbySetup struct {
 	*standbyPair
 	ids []int64
-	log lockedBuffer // what the standby's proxy logged
-}
-
-// lockedBuffer collects a proxy's log lines; its goroutines write while the
-// test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	log pgtest.SyncBuffer // what the standby's proxy logged
 }
 
 func setupStandby(t *testing.T) *standbySetup {

@@ -85,7 +85,7 @@ func TestBadFlagsAndValues(t *testing.T) {
 // it listens, serves, and drains on SIGTERM.
 func TestRunServesAndStopsOnSignal(t *testing.T) {
 	srv := pgtest.Shared(t)
-	var out, errOut syncBuffer
+	var out, errOut pgtest.SyncBuffer
 	m := &Main{Stdout: &out, Stderr: &errOut, Signals: make(chan os.Signal, 2),
 		Getenv: func(k string) string {
 			return map[string]string{"SNOWFLAKE_PROXY_UPSTREAM": srv.URL("postgres"), "SNOWFLAKE_PROXY_NODE": "9"}[k]
@@ -99,7 +99,7 @@ func TestRunServesAndStopsOnSignal(t *testing.T) {
 		select {
 		case code := <-done:
 			t.Fatalf("exited %d: %s", code, errOut.String())
-		case <-out.changed():
+		case <-out.Changed():
 		}
 		if s := out.String(); strings.Contains(s, "listening on ") {
 			addr = strings.Fields(strings.SplitN(s, "listening on ", 2)[1])[0]
