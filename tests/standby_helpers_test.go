@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -60,23 +57,15 @@ func startStandbyPair(t *testing.T) *standbyPair {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	cred := serverCredential(t)
-	if cred != nil {
-		if err := os.Chown(root, int(cred.Uid), int(cred.Gid)); err != nil {
-			t.Fatal(err)
-		}
+	if err := primary.Own(root); err != nil {
+		t.Fatal(err)
 	}
 	dataDir := filepath.Join(root, "data")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(primary.BinDir(), "pg_basebackup"),
+	cmd := primary.Command(ctx, "pg_basebackup",
 		"-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port()), "-U", primary.Superuser(),
 		"-D", dataDir, "-R", "-X", "stream", "-c", "fast", "--no-sync")
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
-	if cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		cmd.Dir = "/"
-	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pg_basebackup: %v: %s", err, out)
 	}
@@ -119,22 +108,6 @@ func startStandbyPair(t *testing.T) *standbyPair {
 	}
 	_ = c.Close(ctx)
 	return p
-}
-
-// serverCredential is the OS user the test servers run as when the test
-// runs as root (pgserver's default, "postgres"), nil otherwise.
-func serverCredential(t *testing.T) *syscall.Credential {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		t.Fatalf("running as root and no postgres user: %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
 // connectURL opens a pgx connection (default exec mode), closed at the end

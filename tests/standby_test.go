@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -418,12 +414,7 @@ func (s *standbySetup) promote(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(s.standby.BinDir(), "pg_ctl"), "-D", s.standby.DataDir(), "-w", "-t", "30", "promote")
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
-	if cred := serverCredential(t); cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		cmd.Dir = "/"
-	}
+	cmd := s.standby.Command(ctx, "pg_ctl", "-D", s.standby.DataDir(), "-w", "-t", "30", "promote")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pg_ctl promote: %v: %s", err, out)
 	}

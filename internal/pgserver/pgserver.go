@@ -209,7 +209,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+// Command prepares a program of the server's BinDir (pg_ctl,
+// pg_basebackup...) to run as the server's OS user, in the C locale.
+func (s *Server) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, filepath.Join(s.binDir, name), args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
 	if s.cred != nil {
@@ -217,6 +219,15 @@ func (s *Server) command(ctx context.Context, name string, args ...string) *exec
 		cmd.Dir = "/"
 	}
 	return cmd
+}
+
+// Own gives path to the server's OS user, so that the server's programs
+// can write there (nothing to do unless running as root).
+func (s *Server) Own(path string) error {
+	if s.cred == nil {
+		return nil
+	}
+	return os.Chown(path, int(s.cred.Uid), int(s.cred.Gid))
 }
 
 func (s *Server) initdb(ctx context.Context, o Options) error {
@@ -227,13 +238,11 @@ func (s *Server) initdb(ctx context.Context, o Options) error {
 			return fmt.Errorf("pgserver: %w", err)
 		}
 		defer os.Remove(pw)
-		if s.cred != nil {
-			_ = os.Chown(pw, int(s.cred.Uid), int(s.cred.Gid))
-		}
+		_ = s.Own(pw)
 		args = append(args, "--pwfile="+pw)
 	}
 	s.log.Info("initdb", "dir", s.dataDir)
-	if out, err := s.command(ctx, "initdb", args...).CombinedOutput(); err != nil {
+	if out, err := s.Command(ctx, "initdb", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("pgserver: initdb: %w: %s", err, lastLines(out, 5))
 	}
 	return nil
@@ -293,7 +302,7 @@ func (s *Server) start(ctx context.Context) error {
 	logFile := filepath.Join(filepath.Dir(s.dataDir), "server.log")
 	args := []string{"-D", s.dataDir, "-l", logFile, "-w", "-t", "60", "-o", "-p " + strconv.Itoa(s.port), "start"}
 	s.log.Info("starting postgres", "port", s.port, "dir", s.dataDir)
-	if out, err := s.command(ctx, "pg_ctl", args...).CombinedOutput(); err != nil {
+	if out, err := s.Command(ctx, "pg_ctl", args...).CombinedOutput(); err != nil {
 		tail, _ := os.ReadFile(logFile)
 		return fmt.Errorf("pgserver: pg_ctl start: %w: %s %s", err, lastLines(out, 3), lastLines(tail, 8))
 	}
@@ -312,7 +321,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
 	}
-	out, err := s.command(ctx, "pg_ctl", "-D", s.dataDir, "-m", "fast", "-w", "stop").CombinedOutput()
+	out, err := s.Command(ctx, "pg_ctl", "-D", s.dataDir, "-m", "fast", "-w", "stop").CombinedOutput()
 	s.cleanup()
 	if err != nil {
 		return fmt.Errorf("pgserver: pg_ctl stop: %w: %s", err, lastLines(out, 3))
@@ -322,7 +331,7 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // Restart stops and starts the server on the same port (fast mode).
 func (s *Server) Restart(ctx context.Context) error {
-	if out, err := s.command(ctx, "pg_ctl", "-D", s.dataDir, "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
+	if out, err := s.Command(ctx, "pg_ctl", "-D", s.dataDir, "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
 		return fmt.Errorf("pgserver: pg_ctl stop: %w: %s", err, lastLines(out, 3))
 	}
 	return s.start(ctx)
