@@ -68,14 +68,17 @@ func (p *clientPump) checkEpoch() uint64 {
 // session knows them. hiddenOK says whether a hidden query may run now to
 // learn about unknown targets.
 //
-// p.insertShim tells afterwards whether the server may fill snowflake
-// defaults of pl in its shim because the session does not know every
-// target (ids.go fences after such statements).
-func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) *plan.Template {
+// shim tells whether the server may fill snowflake defaults of pl in its
+// shim because the session does not know every target (ids.go fences
+// after such statements). It goes with the template: whoever keeps one
+// keeps both.
+func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Template, shim bool) {
 	ss := (*session)(p)
-	p.insertShim = pl.Inserts != nil
-	if pl.Inserts == nil || ss.cfg.Snowflakes == nil {
-		return pl.Template
+	if pl.Inserts == nil {
+		return pl.Template, false
+	}
+	if ss.cfg.Snowflakes == nil {
+		return pl.Template, true
 	}
 	safe, status := p.state()
 	m := &p.mirror
@@ -83,11 +86,10 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) *plan.Template
 		m.dropRels()
 	}
 	if p.checkEpoch() == 0 || status == 'E' {
-		return pl.Template
+		return pl.Template, true
 	}
-	if t, ok := m.tmpls[pl]; ok {
-		p.insertShim = false
-		return t
+	if cached, ok := m.tmpls[pl]; ok {
+		return cached, false
 	}
 	targets := pl.Inserts.Targets
 	var missing []string
@@ -99,7 +101,7 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) *plan.Template
 	if len(missing) > 0 && safe && hiddenOK {
 		if ss.inLoop.Load() {
 			p.wouldWait = true // a hidden query waits for the server
-			return pl.Template
+			return pl.Template, true
 		}
 		p.refresh(nil, missing)
 		if status == 'T' && m.isolation != "read committed" {
@@ -122,18 +124,17 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) *plan.Template
 		}
 		defs[i] = info.defs
 	}
-	t := pl.Inserts.Template(defs)
+	t = pl.Inserts.Template(defs)
 	if t == nil {
 		t = pl.Template
 	}
-	p.insertShim = !cacheable
 	if cacheable {
 		if m.tmpls == nil || len(m.tmpls) >= maxTemplates {
 			m.tmpls = map[*plan.Plan]*plan.Template{}
 		}
 		m.tmpls[pl] = t
 	}
-	return t
+	return t, !cacheable
 }
 
 // relColumn is the hidden query's column for one target name: NULL unless

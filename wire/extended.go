@@ -66,11 +66,12 @@ func (p *clientPump) parse() error {
 		// A hidden query may run now while the session is still at a safe
 		// point (the Bind that follows will not be).
 		hiddenOK := true // hidden queries leave unnamed statements and portals alone
-		rec.setTemplate(p.insertTemplate(pl, hiddenOK))
+		t, shim := p.insertTemplate(pl, hiddenOK)
+		rec.setTemplate(t)
 		if p.mustWait() {
 			return errHandover
 		}
-		rec.shimDefaults = p.insertShim
+		rec.shimDefaults = shim
 		rec.gen = p.mirror.gen
 		if pl.Inserts != nil && len(name) > 0 {
 			// Non-nil even without types: it marks the record for revalidate.

@@ -36,12 +36,12 @@ func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 		p.wouldWait = true // insertTemplate may need a hidden query
 		return nil
 	}
-	t := p.insertTemplate(rec.pl, true)
+	t, shim := p.insertTemplate(rec.pl, true)
 	rec.gen = p.mirror.gen
 	// Regression: the flag stayed as at Parse (catalog watch not armed
 	// yet), and every execution fenced the generator for the life of the
 	// session (TestPreparedInsertFromBeforeTheCatalogWatchStopsFencing).
-	rec.shimDefaults = p.insertShim
+	rec.shimDefaults = shim
 	if t == nil {
 		// Without any slot the client's text is the statement.
 		t = &plan.Template{Parts: []string{rec.pl.Inserts.SQL}}

@@ -74,7 +74,6 @@ type session struct {
 	stmtLive      bool // an unnamed statement may exist on the server
 	portalLive    bool // an unnamed portal may exist on the server
 	mirror        mirror
-	insertShim    bool   // set by insertTemplate (defaults.go)
 	wouldWait     bool   // set on the event loop's thread instead of waiting (ids.go)
 	out           []byte // scratch for messages the client pump builds
 	vals          []plan.Value

@@ -23,20 +23,17 @@ func (p *clientPump) query() error {
 	}
 	// The client's own Query destroys the unnamed statement and portal, so
 	// a hidden query before it harms nothing.
-	t := p.insertTemplate(pl, true)
+	t, shim := p.insertTemplate(pl, true)
 	if p.mustWait() {
 		return errHandover
 	}
+	if shim {
+		p.markShim()
+	}
 	if t == nil {
-		if p.insertShim {
-			p.markShim()
-		}
 		p.push(owed{kind: owedQuery, stmts: pl.Statements})
 		p.forwardedQuery(pl)
 		return ss.cr.pass(ss.sw)
-	}
-	if p.insertShim {
-		p.markShim()
 	}
 	allValid, ok := p.values(t, true, true)
 	if p.mustWait() {
