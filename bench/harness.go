@@ -31,7 +31,11 @@ type harness struct {
 	pgb    *proc
 	pbPort int
 	pbNote string // why PgBouncer is not measured, if it is not
-	notes  []string
+
+	floor     *proc
+	floorPort int
+	floorNote string // why the floor relay is not measured, if it is not
+	notes     []string
 }
 
 // run starts the stack, sets up, measures and reports.
@@ -72,6 +76,7 @@ func (h *harness) run(ctx context.Context) error {
 	upstream := fmt.Sprintf("%s:%d", h.srv.SocketDir(), h.srv.Port())
 
 	h.startPgBouncer(ctx)
+	h.startFloorRelay(ctx)
 
 	fmt.Println("bench: building the proxy (go build ./cmd/snowflake-proxy)")
 	b := <-buildDone
@@ -172,11 +177,12 @@ func (h *harness) measure(ctx context.Context, wls []workload) error {
 	return nil
 }
 
-// variants of w that can run: PgBouncer's only when it is up.
+// variants of w that can run: PgBouncer's and the floor relay's only when
+// they are up.
 func (h *harness) variants(w workload) []variant {
 	var out []variant
 	for _, v := range w.Variants {
-		if v.Route == viaPgBouncer && h.pgb == nil {
+		if v.Route == viaPgBouncer && h.pgb == nil || v.Route == viaFloor && h.floor == nil {
 			continue
 		}
 		out = append(out, v)
@@ -196,6 +202,12 @@ func (h *harness) measureOne(ctx context.Context, w workload, v variant, script,
 		}
 		port = h.pbPort
 		cpu.relayPID = h.pgb.cmd.Process.Pid
+	case viaFloor:
+		if dead, why := h.floor.exited(); dead {
+			return measurement{Err: fmt.Errorf("floor relay exited (%v): %s", why, tailFile(h.floor.log, 3))}
+		}
+		port = h.floorPort
+		cpu.relayPID = h.floor.cmd.Process.Pid
 	case viaProxy:
 		if err := h.proxy.ensure(ctx); err != nil {
 			return measurement{Err: err}
@@ -230,20 +242,20 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 	if len(h.res.order) == 0 {
 		return
 	}
-	rep := newReport(h.res, wls, h.pgb != nil)
+	rep := newReport(h.res, wls, h.pgb != nil, h.floor != nil)
 	var md mdBuffer
 	md.printf("# snowflake-proxy benchmark\n\n")
 	if runErr != nil {
 		md.printf("**Incomplete run: %v.**\n\n", runErr)
 	}
 	h.mach.write(&md)
-	md.printf("- pgbench: -n, -T %d, -j min(clients,2), %d round(s) per target interleaved, medians; clients connect over TCP 127.0.0.1; proxy (--node 1) and PgBouncer reach the server over its Unix socket\n",
+	md.printf("- pgbench: -n, -T %d, -j min(clients,2), %d round(s) per target interleaved, medians; clients connect over TCP 127.0.0.1; proxy (--node 1), PgBouncer and the floor relay reach the server over its Unix socket\n",
 		int(h.cfg.duration/time.Second), h.cfg.rounds)
 	md.printf("- command: go run ./bench %s\n\n", h.cfg.argsString())
 	rep.writeMarkdown(&md)
 	var cpu mdBuffer
 	if rep.writeCPUMarkdown(&cpu) {
-		md.printf("\nCPU per transaction, µs (medians; exact run time of every thread from /proc/<pid>/task/<tid>/schedstat, read at 20%% and 90%% of each run; server = postmaster and its children, relay = proxy or PgBouncer, client = pgbench):\n\n")
+		md.printf("\nCPU per transaction, µs (medians; exact run time of every thread from /proc/<pid>/task/<tid>/schedstat, read at 20%% and 90%% of each run; server = postmaster and its children, relay = proxy, PgBouncer or the floor relay, client = pgbench):\n\n")
 		md.printf("%s", cpu.String())
 	}
 	md.printf("\nColumns per workload (cells are median TPS / mean latency in ms; ratios are of TPS; \"added lat proxy/pgb\" = (proxy - direct latency) / (pgbouncer - direct latency)):\n\n")
@@ -252,10 +264,12 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 			md.printf("- %s, %s: %s\n", w.Title, columnNames[v.Col], v.Desc)
 		}
 	}
-	if h.pbNote != "" || len(h.notes) > 0 {
+	if h.pbNote != "" || h.floorNote != "" || len(h.notes) > 0 {
 		md.printf("\nNotes:\n\n")
-		if h.pbNote != "" {
-			md.printf("- %s\n", h.pbNote)
+		for _, n := range []string{h.pbNote, h.floorNote} {
+			if n != "" {
+				md.printf("- %s\n", n)
+			}
 		}
 		for _, n := range h.notes {
 			md.printf("- %s\n", n)
@@ -289,6 +303,7 @@ func (h *harness) stopAll() {
 	}
 	h.proxy.stop()
 	h.pgb.stop()
+	h.floor.stop()
 	if h.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

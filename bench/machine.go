@@ -20,6 +20,7 @@ type machine struct {
 	Postgres  string
 	Pgbench   string
 	PgBouncer string
+	Floor     string // how the floor relay was built, when it runs
 	Commit    string
 	Settings  []string
 	Load      string // /proc/loadavg at the start: other work on the machine skews results
@@ -68,6 +69,9 @@ func (m machine) write(w io.Writer) {
 	fmt.Fprintf(w, "- server settings: %s\n", strings.Join(m.Settings, ", "))
 	if m.PgBouncer != "" {
 		fmt.Fprintf(w, "- %s\n", m.PgBouncer)
+	}
+	if m.Floor != "" {
+		fmt.Fprintf(w, "- floor relay: %s\n", m.Floor)
 	}
 	if m.Commit != "" {
 		fmt.Fprintf(w, "- proxy built from commit %s (plus any uncommitted changes in the tree)\n", m.Commit)

@@ -20,6 +20,7 @@ type config struct {
 	rounds        int
 	only          string
 	skipPgBouncer bool
+	skipFloor     bool
 	clients       []int
 	modes         []string
 	keep          bool
@@ -42,6 +43,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.rounds, "rounds", 3, "how many times each target is measured (median reported)")
 	fs.StringVar(&c.only, "only", "", "comma-separated workloads to run: "+workloadNames())
 	fs.BoolVar(&c.skipPgBouncer, "skip-pgbouncer", false, "do not start or measure PgBouncer")
+	fs.BoolVar(&c.skipFloor, "skip-floor", false, "do not build, start or measure the floor relay (bench/floor)")
 	clients := fs.String("clients", "1,8", "comma-separated client counts")
 	modes := fs.String("modes", "simple,prepared", "comma-separated pgbench -M protocol modes")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (server data, logs, configs, scripts)")

@@ -18,12 +18,13 @@ type report struct {
 	res          *results
 	workloads    []workload
 	hasPgBouncer bool
+	hasFloor     bool
 	footnotes    []string
 	noteIndex    map[string]int
 }
 
-func newReport(res *results, wls []workload, hasPgBouncer bool) *report {
-	return &report{res: res, workloads: wls, hasPgBouncer: hasPgBouncer, noteIndex: map[string]int{}}
+func newReport(res *results, wls []workload, hasPgBouncer, hasFloor bool) *report {
+	return &report{res: res, workloads: wls, hasPgBouncer: hasPgBouncer, hasFloor: hasFloor, noteIndex: map[string]int{}}
 }
 
 func (r *report) workload(name string) workload {
@@ -35,13 +36,18 @@ func (r *report) workload(name string) workload {
 	return workload{Name: name, Title: name}
 }
 
-// columns in table order (without PgBouncer when it is unavailable).
+// columns in table order (without PgBouncer or the floor relay when they
+// are unavailable).
 func (r *report) columns() []column {
 	cols := []column{colProxy, colDirect}
 	if r.hasPgBouncer {
 		cols = append(cols, colPgBouncer)
 	}
-	return append(cols, colShim)
+	cols = append(cols, colShim)
+	if r.hasFloor {
+		cols = append(cols, colFloor)
+	}
+	return cols
 }
 
 func (r *report) header() []string {
@@ -56,6 +62,12 @@ func (r *report) header() []string {
 	h = append(h, "proxy/shim")
 	if r.hasPgBouncer {
 		h = append(h, "added lat proxy/pgb")
+	}
+	if r.hasFloor {
+		h = append(h, "proxy/floor")
+		if r.hasPgBouncer {
+			h = append(h, "floor/pgbouncer")
+		}
 	}
 	return h
 }
@@ -111,6 +123,12 @@ func (r *report) rows() [][]string {
 				row = append(row, fmtRatio(addedLatencyRatio(s[colProxy], s[colDirect], s[colPgBouncer])))
 			} else {
 				row = append(row, "-")
+			}
+		}
+		if r.hasFloor {
+			row = append(row, fmtRatio(ratio(s[colProxy], s[colFloor])))
+			if r.hasPgBouncer {
+				row = append(row, fmtRatio(ratio(s[colFloor], s[colPgBouncer])))
 			}
 		}
 		out = append(out, row)
@@ -207,7 +225,8 @@ func (r *report) writeCSV(out io.Writer) error {
 		n := strings.ReplaceAll(columnNames[c], "-", "_")
 		h = append(h, n+"_tps", n+"_lat_ms", n+"_ok_runs", n+"_runs", n+"_error")
 	}
-	h = append(h, "proxy_over_direct", "proxy_over_pgbouncer", "proxy_over_shim", "added_lat_proxy_over_pgbouncer")
+	h = append(h, "proxy_over_direct", "proxy_over_pgbouncer", "proxy_over_shim", "added_lat_proxy_over_pgbouncer",
+		"proxy_over_floor", "floor_over_pgbouncer")
 	if err := w.Write(h); err != nil {
 		return err
 	}
@@ -232,7 +251,8 @@ func (r *report) writeCSV(out io.Writer) error {
 		}
 		added, ok := addedLatencyRatio(s[colProxy], s[colDirect], s[colPgBouncer])
 		row = append(row, num(ratio(s[colProxy], s[colDirect])), num(ratio(s[colProxy], s[colPgBouncer])),
-			num(ratio(s[colProxy], s[colShim])), num(added, ok && wl.PassThrough))
+			num(ratio(s[colProxy], s[colShim])), num(added, ok && wl.PassThrough),
+			num(ratio(s[colProxy], s[colFloor])), num(ratio(s[colFloor], s[colPgBouncer])))
 		if err := w.Write(row); err != nil {
 			return err
 		}

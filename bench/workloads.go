@@ -16,10 +16,11 @@ const (
 	colDirect                  // straight to the server (TCP 127.0.0.1)
 	colPgBouncer               // through PgBouncer, session mode
 	colShim                    // the shim (PL/pgSQL) called directly on the server
+	colFloor                   // through the floor relay (bench/floor): the least any relay costs
 	numColumns
 )
 
-var columnNames = [numColumns]string{"proxy", "direct", "pgbouncer", "shim-direct"}
+var columnNames = [numColumns]string{"proxy", "direct", "pgbouncer", "shim-direct", "floor"}
 
 // route is where a variant's pgbench connects.
 type route int
@@ -28,6 +29,7 @@ const (
 	viaProxy route = iota
 	viaDirect
 	viaPgBouncer
+	viaFloor
 )
 
 // variant is one target of a workload: a column, a route and a script.
@@ -65,6 +67,7 @@ var workloads = []workload{
 			{colProxy, viaProxy, sqlSelect1, "SELECT 1 through the proxy"},
 			{colDirect, viaDirect, sqlSelect1, "SELECT 1 direct"},
 			{colPgBouncer, viaPgBouncer, sqlSelect1, "SELECT 1 through PgBouncer"},
+			{colFloor, viaFloor, sqlSelect1, "SELECT 1 through the floor relay"},
 		},
 	},
 	{
@@ -82,6 +85,7 @@ var workloads = []workload{
 			{colDirect, viaDirect, sqlInsertSerial, "INSERT INTO t_serial (bigserial) direct"},
 			{colPgBouncer, viaPgBouncer, sqlInsertSerial, "INSERT INTO t_serial (bigserial) through PgBouncer"},
 			{colShim, viaDirect, sqlInsertSf, "INSERT INTO t_sf direct (shim default)"},
+			{colFloor, viaFloor, sqlInsertSerial, "INSERT INTO t_serial (bigserial) through the floor relay"},
 		},
 	},
 	{
@@ -90,6 +94,7 @@ var workloads = []workload{
 			{colProxy, viaProxy, "", "pgbench -S through the proxy"},
 			{colDirect, viaDirect, "", "pgbench -S direct"},
 			{colPgBouncer, viaPgBouncer, "", "pgbench -S through PgBouncer"},
+			{colFloor, viaFloor, "", "pgbench -S through the floor relay"},
 		},
 	},
 }

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+)
+
+// The floor column: bench/floor/relay.c, a relay that does nothing but the
+// system calls every user-space relay must make (one thread, level-triggered
+// epoll, one read and one write per readiness event). Its figures show how
+// fast a relay can be on this machine at all, which tells the proxy's own
+// overhead apart from the cost of relaying, and PgBouncer's advantage apart
+// from what is out of reach for any relay in user space.
+
+// floorSource is the relay's source, relative to the module root.
+const floorSource = "bench/floor/relay.c"
+
+// buildFloor compiles the floor relay into dir with the C compiler cgo
+// uses (cc, or $CC).
+func buildFloor(ctx context.Context, root, dir string) (string, error) {
+	compiler, err := exec.LookPath("cc")
+	if err != nil {
+		return "", fmt.Errorf("no C compiler (cc) to build %s: %w", floorSource, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	bin := filepath.Join(dir, "floor-relay")
+	cmd := exec.CommandContext(ctx, compiler, "-O2", "-Wall", "-o", bin, filepath.Join(root, floorSource))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("cc %s: %v: %s", floorSource, err, oneLine(lastN(string(out), 300)))
+	}
+	return bin, nil
+}
+
+// startFloor runs the floor relay on a free port in front of the server's
+// Unix socket (sockDir, pgPort), as the proxy and PgBouncer are.
+func startFloor(ctx context.Context, bin, dir, sockDir string, pgPort int) (*proc, int, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, 0, err
+	}
+	sock := filepath.Join(sockDir, fmt.Sprintf(".s.PGSQL.%d", pgPort))
+	p, err := startProc("floor relay", filepath.Join(dir, "floor-relay.log"), nil, bin, strconv.Itoa(port), sock)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := p.waitAccept(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
+		p.stop()
+		return nil, 0, err
+	}
+	return p, port, nil
+}
+
+// startFloorRelay builds and starts the floor relay, or records why its
+// column is left out.
+func (h *harness) startFloorRelay(ctx context.Context) {
+	if h.cfg.skipFloor {
+		h.floorNote = "floor relay skipped (-skip-floor)"
+		return
+	}
+	bin, err := buildFloor(ctx, h.root, h.dir)
+	if err == nil {
+		h.floor, h.floorPort, err = startFloor(ctx, bin, h.dir, h.srv.SocketDir(), h.srv.Port())
+	}
+	if err != nil {
+		h.floorNote = fmt.Sprintf("floor relay unavailable, its column is left out: %v", err)
+		fmt.Println("bench: " + h.floorNote)
+		return
+	}
+	h.mach.Floor = floorSource + " (cc -O2): one thread, level-triggered epoll, one read and one write per event, upstream Unix socket"
+	fmt.Printf("bench: floor relay on 127.0.0.1:%d\n", h.floorPort)
+}

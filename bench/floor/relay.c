@@ -1,0 +1,144 @@
+// The benchmark's floor relay: the least a user-space relay can do per round
+// trip, for the "floor" column of go run ./bench (see ../README.md).
+//
+// One thread, level-triggered epoll, and per readiness event one read and
+// one write of what was read, in the order PgBouncer does them. It parses
+// nothing, authenticates nothing and has no limits: it is a measuring
+// instrument, not a proxy. Sessions pass through from a TCP port on
+// 127.0.0.1 to a PostgreSQL Unix socket, as the proxy and PgBouncer relay
+// them in the harness.
+//
+// Usage: relay <tcp port> <unix socket path>
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+enum { maxFD = 65536, maxEvents = 128 };
+
+static int peer[maxFD]; // the other socket of a session, by descriptor
+static char buf[65536];
+
+static void closeSession(int ep, int fd) {
+	int p = peer[fd];
+	peer[fd] = -1; // later events of this batch for either side are stale
+	peer[p] = -1;
+	epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+	epoll_ctl(ep, EPOLL_CTL_DEL, p, NULL);
+	close(fd);
+	close(p);
+}
+
+static int dialServer(const char *path) {
+	struct sockaddr_un u = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof u.sun_path) {
+		return -1;
+	}
+	strcpy(u.sun_path, path);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0 || connect(s, (struct sockaddr *)&u, sizeof u) != 0) {
+		if (s >= 0) {
+			close(s);
+		}
+		return -1;
+	}
+	return s;
+}
+
+static void accepted(int ep, int c, const char *path) {
+	int one = 1;
+	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	int s = dialServer(path);
+	if (s < 0 || c >= maxFD || s >= maxFD) {
+		perror("relay: connect to server");
+		close(c);
+		if (s >= 0) {
+			close(s);
+		}
+		return;
+	}
+	peer[c] = s;
+	peer[s] = c;
+	struct epoll_event ev = {.events = EPOLLIN};
+	ev.data.fd = c;
+	epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+	ev.data.fd = s;
+	epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
+}
+
+// relayOnce moves what one read returns to the peer; the sockets are
+// blocking, so the write takes all of it (a slow peer stalls the relay,
+// which a measurement with small messages never meets).
+static void relayOnce(int ep, int fd) {
+	ssize_t n = read(fd, buf, sizeof buf);
+	if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+		return;
+	}
+	if (n <= 0) {
+		closeSession(ep, fd);
+		return;
+	}
+	for (ssize_t off = 0; off < n;) {
+		ssize_t w = write(peer[fd], buf + off, n - off);
+		if (w < 0 && errno == EINTR) {
+			continue;
+		}
+		if (w <= 0) {
+			closeSession(ep, fd);
+			return;
+		}
+		off += w;
+	}
+}
+
+int main(int argc, char **argv) {
+	if (argc != 3) {
+		fprintf(stderr, "usage: relay <tcp port> <unix socket path>\n");
+		return 2;
+	}
+	int port = atoi(argv[1]);
+	const char *path = argv[2];
+	int one = 1;
+	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 128) != 0) {
+		perror("relay: listen");
+		return 1;
+	}
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = {.events = EPOLLIN, .data.fd = ls};
+	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, ls, &ev) != 0) {
+		perror("relay: epoll");
+		return 1;
+	}
+	struct epoll_event evs[maxEvents];
+	for (;;) {
+		int n = epoll_wait(ep, evs, maxEvents, -1);
+		if (n < 0 && errno != EINTR) {
+			perror("relay: epoll_wait");
+			return 1;
+		}
+		for (int i = 0; i < n; i++) {
+			int fd = evs[i].data.fd;
+			if (fd == ls) {
+				int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+				if (c >= 0) {
+					accepted(ep, c, path);
+				}
+				continue;
+			}
+			if (peer[fd] >= 0) {
+				relayOnce(ep, fd);
+			}
+		}
+	}
+}

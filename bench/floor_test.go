@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// connectVia opens a session on the shared server through 127.0.0.1:port.
+func connectVia(t *testing.T, ctx context.Context, url string, port int) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Host, cfg.Port = "127.0.0.1", uint16(port)
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect through the floor relay: %v", err)
+	}
+	return c
+}
+
+// The floor relay carries whole sessions, the startup exchange included, in
+// front of the server's Unix socket: concurrent sessions, a result larger
+// than one read, and a session that ends while another goes on.
+func TestFloorRelayCarriesSessions(t *testing.T) {
+	srv := pgtest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := buildFloor(ctx, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, port, err := startFloor(ctx, bin, t.TempDir(), srv.SocketDir(), srv.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop()
+
+	url := srv.URL("postgres")
+	a := connectVia(t, ctx, url, port)
+	defer a.Close(ctx)
+	b := connectVia(t, ctx, url, port)
+
+	var pidA, pidB int
+	if err := a.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidA); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pidB); err != nil {
+		t.Fatal(err)
+	}
+	if pidA == pidB {
+		t.Fatalf("two sessions share backend %d", pidA)
+	}
+
+	// 1 MB: many reads and writes of the relay's 64 KiB buffer.
+	var big string
+	if err := b.QueryRow(ctx, "SELECT repeat('ab', 500000)").Scan(&big); err != nil {
+		t.Fatal(err)
+	}
+	if big != strings.Repeat("ab", 500000) {
+		t.Fatalf("large result came back as %d bytes, want 1000000", len(big))
+	}
+
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := a.QueryRow(ctx, "SELECT $1::int + 1", 41).Scan(&n); err != nil || n != 42 {
+		t.Fatalf("session after another ended: %d, %v", n, err)
+	}
+	c := connectVia(t, ctx, url, port)
+	defer c.Close(ctx)
+	if err := c.QueryRow(ctx, "SELECT 7").Scan(&n); err != nil || n != 7 {
+		t.Fatalf("new session after one ended: %d, %v", n, err)
+	}
+	if dead, why := p.exited(); dead {
+		t.Fatalf("floor relay exited: %v: %s", why, tailFile(p.log, 5))
+	}
+}
