@@ -11,7 +11,7 @@ import (
 
 // The floor column: bench/floor/relay.c, a relay that does nothing but the
 // system calls every user-space relay must make (one thread, level-triggered
-// epoll, one read and one write per readiness event). Its figures show how
+// epoll, one recv and one send per readiness event). Its figures show how
 // fast a relay can be on this machine at all, which tells the proxy's own
 // overhead apart from the cost of relaying, and PgBouncer's advantage apart
 // from what is out of reach for any relay in user space.
@@ -71,6 +71,6 @@ func (h *harness) startFloorRelay(ctx context.Context) {
 		fmt.Println("bench: " + h.floorNote)
 		return
 	}
-	h.mach.Floor = floorSource + " (cc -O2): one thread, level-triggered epoll, one read and one write per event, upstream Unix socket"
+	h.mach.Floor = floorSource + " (cc -O2): one thread, level-triggered epoll, one recv and one send per event, upstream Unix socket"
 	fmt.Printf("bench: floor relay on 127.0.0.1:%d\n", h.floorPort)
 }

@@ -91,3 +91,47 @@ func TestFloorRelayCarriesSessions(t *testing.T) {
 		t.Fatalf("floor relay exited: %v: %s", why, tailFile(p.log, 5))
 	}
 }
+
+// Regression: a session closed while the same epoll batch also held an
+// accept and a stale event of the closed session let the relay read,
+// blocking, from the new session's server socket before anything had been
+// sent on it: the relay hung until the server's authentication timeout,
+// and pgbench runs of the floor column failed with "timeout expired".
+// Sessions opened and closed back to back make such batches.
+func TestFloorRelaySurvivesSessionChurn(t *testing.T) {
+	srv := pgtest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := buildFloor(ctx, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, port, err := startFloor(ctx, bin, t.TempDir(), srv.SocketDir(), srv.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop()
+	cfg, err := pgx.ParseConfig(srv.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Host, cfg.Port = "127.0.0.1", uint16(port)
+	cfg.ConnectTimeout = 5 * time.Second
+	for i := range 300 {
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		var n int
+		if err := c.QueryRow(ctx, "SELECT $1::int", i).Scan(&n); err != nil || n != i {
+			t.Fatalf("session %d: %d, %v", i, n, err)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatalf("session %d close: %v", i, err)
+		}
+	}
+}

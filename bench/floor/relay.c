@@ -1,8 +1,8 @@
 // The benchmark's floor relay: the least a user-space relay can do per round
 // trip, for the "floor" column of go run ./bench (see ../README.md).
 //
-// One thread, level-triggered epoll, and per readiness event one read and
-// one write of what was read, in the order PgBouncer does them. It parses
+// One thread, level-triggered epoll, and per readiness event one recv and
+// one send of what was received, the system calls PgBouncer makes. It parses
 // nothing, authenticates nothing and has no limits: it is a measuring
 // instrument, not a proxy. Sessions pass through from a TCP port on
 // 127.0.0.1 to a PostgreSQL Unix socket, as the proxy and PgBouncer relay
@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -26,14 +27,22 @@ enum { maxFD = 65536, maxEvents = 128 };
 static int peer[maxFD]; // the other socket of a session, by descriptor
 static char buf[65536];
 
-static void closeSession(int ep, int fd) {
+// Sessions ended during a batch of events are closed after it, so that no
+// descriptor number is reused (by an accept) while events of the old
+// socket are still to be handled. Regression: a stale event then read,
+// blocking, from a new session's server socket before its client had sent
+// anything, and the relay hung until the server timed the session out.
+static int closing[2 * maxEvents];
+static int nClosing;
+
+static void endSession(int ep, int fd) {
 	int p = peer[fd];
 	peer[fd] = -1; // later events of this batch for either side are stale
 	peer[p] = -1;
 	epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
 	epoll_ctl(ep, EPOLL_CTL_DEL, p, NULL);
-	close(fd);
-	close(p);
+	closing[nClosing++] = fd;
+	closing[nClosing++] = p;
 }
 
 static int dialServer(const char *path) {
@@ -73,25 +82,26 @@ static void accepted(int ep, int c, const char *path) {
 	epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
 }
 
-// relayOnce moves what one read returns to the peer; the sockets are
-// blocking, so the write takes all of it (a slow peer stalls the relay,
-// which a measurement with small messages never meets).
+// relayOnce moves what one recv returns to the peer. The receive never
+// waits; the sockets are blocking, so the send takes all of it (a slow
+// peer stalls the relay, which a measurement with small messages never
+// meets).
 static void relayOnce(int ep, int fd) {
-	ssize_t n = read(fd, buf, sizeof buf);
-	if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+	ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+	if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
 		return;
 	}
 	if (n <= 0) {
-		closeSession(ep, fd);
+		endSession(ep, fd);
 		return;
 	}
 	for (ssize_t off = 0; off < n;) {
-		ssize_t w = write(peer[fd], buf + off, n - off);
+		ssize_t w = send(peer[fd], buf + off, n - off, MSG_NOSIGNAL);
 		if (w < 0 && errno == EINTR) {
 			continue;
 		}
 		if (w <= 0) {
-			closeSession(ep, fd);
+			endSession(ep, fd);
 			return;
 		}
 		off += w;
@@ -103,6 +113,7 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "usage: relay <tcp port> <unix socket path>\n");
 		return 2;
 	}
+	signal(SIGPIPE, SIG_IGN);
 	int port = atoi(argv[1]);
 	const char *path = argv[2];
 	int one = 1;
@@ -140,5 +151,9 @@ int main(int argc, char **argv) {
 				relayOnce(ep, fd);
 			}
 		}
+		for (int i = 0; i < nClosing; i++) {
+			close(closing[i]);
+		}
+		nClosing = 0;
 	}
 }
