@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -44,12 +43,8 @@ func startFloor(ctx context.Context, bin, dir, sockDir string, pgPort int) (*pro
 		return nil, 0, err
 	}
 	sock := filepath.Join(sockDir, fmt.Sprintf(".s.PGSQL.%d", pgPort))
-	p, err := startProc("floor relay", filepath.Join(dir, "floor-relay.log"), nil, bin, strconv.Itoa(port), sock)
+	p, err := startAccepting(ctx, "floor relay", filepath.Join(dir, "floor-relay.log"), nil, port, bin, strconv.Itoa(port), sock)
 	if err != nil {
-		return nil, 0, err
-	}
-	if err := p.waitAccept(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
-		p.stop()
 		return nil, 0, err
 	}
 	return p, port, nil

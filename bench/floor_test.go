@@ -9,10 +9,31 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// runFloor builds the floor relay from the tree and runs it in front of
+// srv until the end of the test.
+func runFloor(t *testing.T, ctx context.Context, srv *pgserver.Server) (*proc, int) {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := buildFloor(ctx, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, port, err := startFloor(ctx, bin, t.TempDir(), srv.SocketDir(), srv.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.stop)
+	return p, port
+}
 
 // connectVia opens a session on the shared server through 127.0.0.1:port.
 func connectVia(t *testing.T, ctx context.Context, url string, port int) *pgx.Conn {
@@ -36,19 +57,7 @@ func TestFloorRelayCarriesSessions(t *testing.T) {
 	srv := pgtest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := buildFloor(ctx, root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, port, err := startFloor(ctx, bin, t.TempDir(), srv.SocketDir(), srv.Port())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.stop()
+	p, port := runFloor(t, ctx, srv)
 
 	url := srv.URL("postgres")
 	a := connectVia(t, ctx, url, port)
@@ -102,19 +111,7 @@ func TestFloorRelaySurvivesSessionChurn(t *testing.T) {
 	srv := pgtest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := buildFloor(ctx, root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, port, err := startFloor(ctx, bin, t.TempDir(), srv.SocketDir(), srv.Port())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.stop()
+	_, port := runFloor(t, ctx, srv)
 	cfg, err := pgx.ParseConfig(srv.URL("postgres"))
 	if err != nil {
 		t.Fatal(err)

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -97,12 +95,8 @@ func startPgBouncer(ctx context.Context, bin, dir, sockDir string, pgPort int) (
 			}
 		}
 	}
-	p, err := startProc("pgbouncer", filepath.Join(pbDir, "pgbouncer.log"), cred, bin, filepath.Join(pbDir, "pgbouncer.ini"))
+	p, err := startAccepting(ctx, "pgbouncer", filepath.Join(pbDir, "pgbouncer.log"), cred, port, bin, filepath.Join(pbDir, "pgbouncer.ini"))
 	if err != nil {
-		return nil, 0, err
-	}
-	if err := p.waitAccept(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
-		p.stop()
 		return nil, 0, err
 	}
 	return p, port, nil

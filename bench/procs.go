@@ -78,6 +78,21 @@ func (p *proc) exited() (bool, error) {
 	}
 }
 
+// startAccepting starts a daemon (startProc) that must accept TCP
+// connections on 127.0.0.1:port, and waits until it does; on failure it is
+// stopped.
+func startAccepting(ctx context.Context, name, logPath string, cred *syscall.Credential, port int, bin string, args ...string) (*proc, error) {
+	p, err := startProc(name, logPath, cred, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitAccept(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
 // waitAccept waits until addr accepts TCP connections, the process exits, or
 // readyTimeout passes.
 func (p *proc) waitAccept(ctx context.Context, addr string) error {
