@@ -18,8 +18,8 @@ import (
 // floorSource is the relay's source, relative to the module root.
 const floorSource = "bench/floor/relay.c"
 
-// buildFloor compiles the floor relay into dir with the C compiler cgo
-// uses (cc, or $CC).
+// buildFloor compiles the floor relay into dir with cc (the compiler cgo
+// needs anyway, so a machine that builds the proxy has it).
 func buildFloor(ctx context.Context, root, dir string) (string, error) {
 	compiler, err := exec.LookPath("cc")
 	if err != nil {

@@ -65,12 +65,15 @@ static void accepted(int ep, int c, const char *path) {
 	int one = 1;
 	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	int s = dialServer(path);
-	if (s < 0 || c >= maxFD || s >= maxFD) {
+	if (s < 0) {
 		perror("relay: connect to server");
 		close(c);
-		if (s >= 0) {
-			close(s);
-		}
+		return;
+	}
+	if (c >= maxFD || s >= maxFD) {
+		fprintf(stderr, "relay: descriptor %d or %d over %d\n", c, s, maxFD);
+		close(c);
+		close(s);
 		return;
 	}
 	peer[c] = s;
