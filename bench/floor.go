@@ -53,19 +53,19 @@ func startFloor(ctx context.Context, bin, dir, sockDir string, pgPort int) (*pro
 // startFloorRelay builds and starts the floor relay, or records why its
 // column is left out.
 func (h *harness) startFloorRelay(ctx context.Context) {
+	h.floor.name = "floor relay"
+	skip := ""
 	if h.cfg.skipFloor {
-		h.floorNote = "floor relay skipped (-skip-floor)"
-		return
+		skip = "floor relay skipped (-skip-floor)"
 	}
-	bin, err := buildFloor(ctx, h.root, h.dir)
-	if err == nil {
-		h.floor, h.floorPort, err = startFloor(ctx, bin, h.dir, h.srv.SocketDir(), h.srv.Port())
+	started := h.floor.start(skip, func() (*proc, int, error) {
+		bin, err := buildFloor(ctx, h.root, h.dir)
+		if err != nil {
+			return nil, 0, err
+		}
+		return startFloor(ctx, bin, h.dir, h.srv.SocketDir(), h.srv.Port())
+	})
+	if started {
+		h.mach.Floor = floorSource + " (cc -O2): one thread, level-triggered epoll, one recv and one send per event, upstream Unix socket"
 	}
-	if err != nil {
-		h.floorNote = fmt.Sprintf("floor relay unavailable, its column is left out: %v", err)
-		fmt.Println("bench: " + h.floorNote)
-		return
-	}
-	h.mach.Floor = floorSource + " (cc -O2): one thread, level-triggered epoll, one recv and one send per event, upstream Unix socket"
-	fmt.Printf("bench: floor relay on 127.0.0.1:%d\n", h.floorPort)
 }

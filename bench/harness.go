@@ -25,17 +25,12 @@ type harness struct {
 	res  *results
 	mach machine
 
-	srv    *pgserver.Server
-	admin  *pgx.Conn // direct connection for CHECKPOINT between runs
-	proxy  *proxyTarget
-	pgb    *proc
-	pbPort int
-	pbNote string // why PgBouncer is not measured, if it is not
-
-	floor     *proc
-	floorPort int
-	floorNote string // why the floor relay is not measured, if it is not
-	notes     []string
+	srv   *pgserver.Server
+	admin *pgx.Conn // direct connection for CHECKPOINT between runs
+	proxy *proxyTarget
+	pgb   sideRelay // PgBouncer
+	floor sideRelay // the floor relay (floor.go)
+	notes []string
 }
 
 // run starts the stack, sets up, measures and reports.
@@ -112,21 +107,22 @@ func (h *harness) run(ctx context.Context) error {
 
 // startPgBouncer starts PgBouncer or records why it is not measured.
 func (h *harness) startPgBouncer(ctx context.Context) {
+	h.pgb.name = "PgBouncer"
+	skip := ""
 	if h.cfg.skipPgBouncer {
-		h.pbNote = "PgBouncer skipped (-skip-pgbouncer)"
-		return
+		skip = "PgBouncer skipped (-skip-pgbouncer)"
 	}
-	bin, err := findPgBouncer(ctx)
-	if err == nil {
-		h.pgb, h.pbPort, err = startPgBouncer(ctx, bin, h.dir, h.srv.SocketDir(), h.srv.Port())
+	var bin string
+	started := h.pgb.start(skip, func() (*proc, int, error) {
+		var err error
+		if bin, err = findPgBouncer(ctx); err != nil {
+			return nil, 0, err
+		}
+		return startPgBouncer(ctx, bin, h.dir, h.srv.SocketDir(), h.srv.Port())
+	})
+	if started {
+		h.mach.PgBouncer = pgbouncerVersion(bin) + ", pool_mode=session, default_pool_size=20, auth_type=trust, upstream Unix socket"
 	}
-	if err != nil {
-		h.pbNote = fmt.Sprintf("PgBouncer unavailable, its column is left out: %v", err)
-		fmt.Println("bench: " + h.pbNote)
-		return
-	}
-	h.mach.PgBouncer = pgbouncerVersion(bin) + ", pool_mode=session, default_pool_size=20, auth_type=trust, upstream Unix socket"
-	fmt.Printf("bench: pgbouncer on 127.0.0.1:%d\n", h.pbPort)
 }
 
 // measure runs every workload x mode x clients row; within a row the
@@ -177,12 +173,24 @@ func (h *harness) measure(ctx context.Context, wls []workload) error {
 	return nil
 }
 
+// sideRelay is the relay a route goes through, nil for the proxy and
+// direct routes.
+func (h *harness) sideRelay(r route) *sideRelay {
+	switch r {
+	case viaPgBouncer:
+		return &h.pgb
+	case viaFloor:
+		return &h.floor
+	}
+	return nil
+}
+
 // variants of w that can run: PgBouncer's and the floor relay's only when
 // they are up.
 func (h *harness) variants(w workload) []variant {
 	var out []variant
 	for _, v := range w.Variants {
-		if v.Route == viaPgBouncer && h.pgb == nil || v.Route == viaFloor && h.floor == nil {
+		if r := h.sideRelay(v.Route); r != nil && !r.up() {
 			continue
 		}
 		out = append(out, v)
@@ -196,18 +204,12 @@ func (h *harness) measureOne(ctx context.Context, w workload, v variant, script,
 	switch v.Route {
 	case viaDirect:
 		port = h.srv.Port()
-	case viaPgBouncer:
-		if dead, why := h.pgb.exited(); dead {
-			return measurement{Err: fmt.Errorf("pgbouncer exited (%v): %s", why, tailFile(h.pgb.log, 3))}
+	case viaPgBouncer, viaFloor:
+		p, pid, err := h.sideRelay(v.Route).target()
+		if err != nil {
+			return measurement{Err: err}
 		}
-		port = h.pbPort
-		cpu.relayPID = h.pgb.cmd.Process.Pid
-	case viaFloor:
-		if dead, why := h.floor.exited(); dead {
-			return measurement{Err: fmt.Errorf("floor relay exited (%v): %s", why, tailFile(h.floor.log, 3))}
-		}
-		port = h.floorPort
-		cpu.relayPID = h.floor.cmd.Process.Pid
+		port, cpu.relayPID = p, pid
 	case viaProxy:
 		if err := h.proxy.ensure(ctx); err != nil {
 			return measurement{Err: err}
@@ -242,7 +244,7 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 	if len(h.res.order) == 0 {
 		return
 	}
-	rep := newReport(h.res, wls, h.pgb != nil, h.floor != nil)
+	rep := newReport(h.res, wls, h.pgb.up(), h.floor.up())
 	var md mdBuffer
 	md.printf("# snowflake-proxy benchmark\n\n")
 	if runErr != nil {
@@ -264,9 +266,9 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 			md.printf("- %s, %s: %s\n", w.Title, columnNames[v.Col], v.Desc)
 		}
 	}
-	if h.pbNote != "" || h.floorNote != "" || len(h.notes) > 0 {
+	if h.pgb.note != "" || h.floor.note != "" || len(h.notes) > 0 {
 		md.printf("\nNotes:\n\n")
-		for _, n := range []string{h.pbNote, h.floorNote} {
+		for _, n := range []string{h.pgb.note, h.floor.note} {
 			if n != "" {
 				md.printf("- %s\n", n)
 			}
@@ -302,8 +304,8 @@ func (h *harness) stopAll() {
 		h.admin.Close(context.Background())
 	}
 	h.proxy.stop()
-	h.pgb.stop()
-	h.floor.stop()
+	h.pgb.p.stop()
+	h.floor.p.stop()
 	if h.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
