@@ -23,8 +23,11 @@ type analyzer struct {
 	slotted map[int32]bool
 	edits   []edit
 	inserts []plan.Insert // INSERT ... VALUES targets (insert.go)
-	p       plan.Plan
-	local   *plan.Local
+	// plainInsert: the string is one INSERT ... VALUES without WITH or
+	// RETURNING (plan.Inserts.Plain).
+	plainInsert bool
+	p           plan.Plan
+	local       *plan.Local
 }
 
 // edit replaces sql[start:end] by a literal text or by a slot. An edit with
@@ -97,7 +100,10 @@ func (a *analyzer) statement(raw *pg_query.RawStmt, only bool) plan.Statement {
 				a.p.Touches |= plan.TouchShim
 			}
 		}
+		n0 := len(a.inserts)
 		a.insert(n.InsertStmt)
+		ins := n.InsertStmt
+		a.plainInsert = only && n0 == 0 && len(a.inserts) == 1 && ins.WithClause == nil && len(ins.ReturningList) == 0
 	case *pg_query.Node_UpdateStmt:
 		a.withInserts(n.UpdateStmt.WithClause)
 	case *pg_query.Node_DeleteStmt:
@@ -166,7 +172,7 @@ func (a *analyzer) finish() *plan.Plan {
 		p.Local = a.local
 	}
 	if len(a.inserts) > 0 {
-		p.Inserts = &plan.Inserts{SQL: a.sql, Base: base, Targets: a.inserts}
+		p.Inserts = &plan.Inserts{SQL: a.sql, Base: base, Targets: a.inserts, Plain: a.plainInsert}
 	}
 	return &p
 }

@@ -176,6 +176,7 @@ type planViewT struct {
 	MaxParam      int              `json:",omitempty"`
 	Touches       []string         `json:",omitempty"`
 	Inserts       []plan.Insert    `json:",omitempty"`
+	PlainInsert   bool             `json:",omitempty"`
 	Deallocate    string           `json:",omitempty"`
 	DeallocateAll bool             `json:",omitempty"`
 }
@@ -192,7 +193,7 @@ func planView(p *plan.Plan) planViewT {
 		}
 	}
 	if p.Inserts != nil {
-		v.Inserts = p.Inserts.Targets
+		v.Inserts, v.PlainInsert = p.Inserts.Targets, p.Inserts.Plain
 	}
 	if p.Template != nil {
 		v.Template = &templateView{Parts: p.Template.Parts, Slots: []slotView{}}

@@ -79,6 +79,11 @@ type Inserts struct {
 	Base []Edit
 	// Targets are the INSERT ... VALUES statements, in text order.
 	Targets []Insert
+	// Plain: the string is a single INSERT ... VALUES statement without
+	// WITH or RETURNING. It returns no rows, so its result shape cannot
+	// change with the catalog, and the session may run it as a prepared
+	// statement of its own (wire/simpleprep.go).
+	Plain bool
 }
 
 // Insert is one INSERT ... VALUES or INSERT ... DEFAULT VALUES.

@@ -1,0 +1,1 @@
+INSERT INTO orders (payload) VALUES ('x')
