@@ -129,6 +129,15 @@
 // with epoch 0 defaults stay with the server. A named prepared INSERT whose
 // defaults changed is prepared again, transparently, at its next Bind.
 //
+// # Simple-protocol INSERTs (simpleprep.go)
+//
+// A Query that is one INSERT ... VALUES with a built template, seen before
+// in the session, is sent at a safe point as Parse (once) and Bind, Execute
+// and Sync of a statement named by the proxy; the server pump swallows
+// ParseComplete and BindComplete (owedHiddenParse, owedHiddenBind), so the
+// client gets the Query's response. The server then plans the INSERT once
+// per session instead of once per execution.
+//
 // # Debugging
 //
 // Each session logs with a "session" attribute; Stats counts sessions,

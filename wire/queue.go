@@ -16,6 +16,7 @@ const (
 	owedClose                              // CloseComplete
 	owedHiddenClose                        // CloseComplete of the proxy's own Close: not relayed
 	owedHiddenParse                        // ParseComplete of the proxy's own Parse: not relayed
+	owedHiddenBind                         // BindComplete of the proxy's own Bind: not relayed
 	owedSync                               // ReadyForQuery
 )
 
@@ -34,7 +35,7 @@ type owed struct {
 	stmts []plan.Statement // command tags to rename (shared, read-only)
 	n     int              // owedQuery: CommandCompletes seen
 	pos   *posMap          // owedQuery, owedParse of a rewritten text: error cursors to map
-	rec   *stmtRec         // owedParse: the record its ParseComplete confirms
+	rec   *stmtRec         // owedParse, owedHiddenParse: the record its ParseComplete confirms
 }
 
 // owedQueue is a FIFO of owed responses. It reuses its array: no

@@ -167,6 +167,9 @@ func (p *serverPump) handle(typ byte) error {
 		}
 		p.parseComplete()
 	case '2':
+		if p.swallow(owedHiddenBind) {
+			return ss.sr.skip()
+		}
 		p.complete(owedBind, 0)
 	case '3':
 		if p.swallow(owedHiddenClose) {
@@ -218,13 +221,17 @@ func (p *serverPump) parseComplete() {
 }
 
 // swallow pops the front entry when it is of kind k (a response to a
-// message the proxy sent on its own, reprepare.go) and reports whether it
-// did: the response is then not relayed.
+// message the proxy sent on its own: reprepare.go, simpleprep.go) and
+// reports whether it did: the response is then not relayed. A ParseComplete
+// confirms the entry's record.
 func (p *serverPump) swallow(k owedKind) bool {
 	ss := (*session)(p)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if o := ss.q.front(); o != nil && o.kind == k {
+		if o.rec != nil {
+			o.rec.parsed = true
+		}
 		ss.q.pop()
 		return true
 	}

@@ -77,8 +77,14 @@ type session struct {
 	wouldWait     bool   // set on the event loop's thread instead of waiting (ids.go)
 	out           []byte // scratch for messages the client pump builds
 	vals          []plan.Value
-	sout          []byte // scratch for the server pump
-	locked        bool   // the server pump holds wmu for the batch it relays
+	// Simple-protocol INSERTs prepared by the session (simpleprep.go):
+	// by text with parameters, the last number used in their names, and
+	// scratch for the text.
+	prepared    map[string]*preparedQuery
+	preparedSeq uint64
+	text        []byte
+	sout        []byte // scratch for the server pump
+	locked      bool   // the server pump holds wmu for the batch it relays
 
 	// Event loop (loop.go). inLoop is true while an eventLoop relays the
 	// session; loopFD are the descriptors it polls (-1 otherwise, guarded

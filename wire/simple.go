@@ -56,6 +56,11 @@ func (p *clientPump) query() error {
 			return err
 		}
 	}
+	if allValid {
+		if done, err := p.queryPrepared(pl, t); done || err != nil {
+			return err
+		}
+	}
 	var start int
 	p.out, start = appendHeader(p.out[:0], 'Q')
 	p.out = t.RenderLiteral(p.out, p.vals)
@@ -80,6 +85,7 @@ func (p *clientPump) forwardedQuery(pl *plan.Plan) {
 // for SET LOCAL and rollbacks).
 func (p *clientPump) effects(pl *plan.Plan) {
 	ss := (*session)(p)
+	p.forgetPreparedQueries(pl)
 	t := pl.Touches
 	if pl.DeallocateAll || (t&plan.TouchPrepared != 0 && pl.Deallocate == "") {
 		clear(p.stmts)

@@ -1,0 +1,248 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Simple-protocol INSERTs with snowflake defaults run as prepared
+// statements of the proxy's own from their second use (wire/simpleprep.go).
+// The client must see exactly what a Query returns: tags, errors with their
+// positions, transaction behaviour; and the statements must be the ones a
+// Query would have run.
+
+// simpleExec sends sql as one Query message and returns the last tag.
+func simpleExec(conn *pgx.Conn, sql string) (pgconn.CommandTag, error) {
+	res, err := conn.PgConn().Exec(context.Background(), sql).ReadAll()
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return res[len(res)-1].CommandTag, nil
+}
+
+// mustSimple is simpleExec that fails the test on error.
+func mustSimple(t testing.TB, conn *pgx.Conn, sql string) pgconn.CommandTag {
+	t.Helper()
+	tag, err := simpleExec(conn, sql)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return tag
+}
+
+// proxyStatements returns the names of the session's prepared statements
+// made by the proxy whose text is LIKE pattern. The text is the client's
+// with the snowflake columns added as parameters: "INSERT INTO orders
+// (note) VALUES ('a')" is prepared as "INSERT INTO orders (note, id)
+// VALUES ('a', COALESCE($1::int8, ...))". The query runs in the simple
+// protocol: it works after DISCARD ALL, which drops pgx's statement cache.
+func proxyStatements(t testing.TB, conn *pgx.Conn, pattern string) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), "SELECT name FROM pg_prepared_statements WHERE name LIKE 'snowflake-proxy insert %' AND statement LIKE $1 ORDER BY name",
+		pgx.QueryExecModeSimpleProtocol, pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func newSimpleInsertEnv(t *testing.T) (*testEnv, *pgx.Conn) {
+	e := newInsertEnv(t, `
+		CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake.nextval(), note text, k int UNIQUE)`)
+	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
+	waitFastDefaults(t, conn, "orders")
+	return e, conn
+}
+
+// The statement a benchmark or a psql script repeats: from the second use
+// it runs prepared, with IDs from the proxy, fresh each time.
+func TestSimpleInsertRunsPrepared(t *testing.T) {
+	_, conn := newSimpleInsertEnv(t)
+	const ins = "INSERT INTO orders (note) VALUES ('a')"
+	n := shimCalls(t, conn, func() {
+		for i := 0; i < 5; i++ {
+			if tag := mustSimple(t, conn, ins); tag.String() != "INSERT 0 1" {
+				t.Errorf("use %d: tag %q, want INSERT 0 1", i+1, tag)
+			}
+		}
+	})
+	if n != 0 {
+		t.Errorf("the server ran snowflake.nextval %d times, want 0", n)
+	}
+	if got := proxyStatements(t, conn, `INSERT INTO orders (note, id) VALUES ('a', COALESCE($1::int8, %`); len(got) != 1 {
+		t.Fatalf("prepared statements for the INSERT: %q, want one", got)
+	}
+	ids := mustInt64s(t, conn, "SELECT id FROM orders WHERE note = 'a' ORDER BY id")
+	if len(ids) != 5 {
+		t.Fatalf("%d rows, want 5", len(ids))
+	}
+	checkIDs(t, "repeated simple INSERT", ids, insertNode)
+	if cur := mustInt64(t, conn, "SELECT snowflake.currval()"); cur != ids[4] {
+		t.Errorf("currval() = %d, want the last id %d", cur, ids[4])
+	}
+	// Texts that return rows or hold several statements stay Queries.
+	for i := 0; i < 3; i++ {
+		mustSimple(t, conn, "INSERT INTO orders (note) VALUES ('r') RETURNING id")
+		mustSimple(t, conn, "INSERT INTO orders (note) VALUES ('m1'); INSERT INTO orders (note) VALUES ('m2')")
+	}
+	for _, p := range []string{"INSERT INTO orders (note%) VALUES ('r'%", "INSERT INTO orders (note%) VALUES ('m%"} {
+		if got := proxyStatements(t, conn, p); len(got) != 0 {
+			t.Errorf("%s...: prepared as %q, want a Query", p, got)
+		}
+	}
+}
+
+// Errors reach the client as the Query's would, the caret in the client's
+// text, at each stage: Parse (first and later uses), planning at Bind,
+// execution; the session goes on.
+func TestSimpleInsertPreparedErrors(t *testing.T) {
+	_, conn := newSimpleInsertEnv(t)
+	for _, c := range []struct {
+		sql, code, at string
+	}{
+		{"INSERT INTO orders (nte) VALUES ('x')", "42703", "nte"},
+		{"INSERT INTO orders (note) VALUES ((1/0)::text)", "22012", ""},
+		{"INSERT INTO orders (note, k) VALUES ('dup', 1)", "23505", ""},
+	} {
+		if c.code == "23505" {
+			mustSimple(t, conn, c.sql) // the first one goes in
+		}
+		for i := 0; i < 4; i++ {
+			_, err := simpleExec(conn, c.sql)
+			wantError(t, fmt.Sprintf("%s, use %d", c.sql, i+1), err, c.code, "")
+			var pe *pgconn.PgError
+			if c.at != "" && errors.As(err, &pe) {
+				if want := int32(strings.Index(c.sql, c.at) + 1); pe.Position != want {
+					t.Errorf("%s, use %d: error position %d, want %d", c.sql, i+1, pe.Position, want)
+				}
+			}
+			if got := mustInt64(t, conn, "SELECT 7"); got != 7 {
+				t.Fatalf("after the error: SELECT 7 = %d", got)
+			}
+		}
+	}
+	// The statement whose Parse succeeded is prepared and reused.
+	if got := proxyStatements(t, conn, "INSERT INTO orders (note, k%) VALUES ('dup', 1%"); len(got) != 1 {
+		t.Errorf("prepared statements for the duplicate INSERT: %q, want one", got)
+	}
+}
+
+// Inside a transaction block the prepared INSERT belongs to the
+// transaction; in a failed one it fails as a Query does.
+func TestSimpleInsertPreparedInTransactions(t *testing.T) {
+	_, conn := newSimpleInsertEnv(t)
+	const ins = "INSERT INTO orders (note) VALUES ('tx')"
+	mustSimple(t, conn, "BEGIN")
+	for i := 0; i < 3; i++ {
+		mustSimple(t, conn, ins)
+	}
+	mustSimple(t, conn, "ROLLBACK")
+	if n := mustInt64(t, conn, "SELECT count(*) FROM orders WHERE note = 'tx'"); n != 0 {
+		t.Errorf("%d rows after ROLLBACK, want 0", n)
+	}
+	mustSimple(t, conn, "BEGIN")
+	_, err := simpleExec(conn, "SELECT 1/0")
+	wantError(t, "SELECT 1/0", err, "22012", "")
+	_, err = simpleExec(conn, ins)
+	wantError(t, "INSERT in a failed transaction", err, "25P02", "")
+	mustSimple(t, conn, "ROLLBACK")
+	mustSimple(t, conn, "BEGIN")
+	mustSimple(t, conn, ins)
+	mustSimple(t, conn, "COMMIT")
+	if n := mustInt64(t, conn, "SELECT count(*) FROM orders WHERE note = 'tx'"); n != 1 {
+		t.Errorf("%d rows after COMMIT, want 1", n)
+	}
+}
+
+// DISCARD ALL and DEALLOCATE ALL drop the proxy's statements with the
+// client's: the next uses prepare again, under a new name.
+func TestSimpleInsertPreparedAfterDiscard(t *testing.T) {
+	_, conn := newSimpleInsertEnv(t)
+	const ins = "INSERT INTO orders (note) VALUES ('d')"
+	const like = "INSERT INTO orders (note%) VALUES ('d'%"
+	var names []string
+	for _, reset := range []string{"DISCARD ALL", "DEALLOCATE ALL"} {
+		for i := 0; i < 3; i++ {
+			mustSimple(t, conn, ins)
+		}
+		got := proxyStatements(t, conn, like)
+		if len(got) != 1 {
+			t.Fatalf("before %s: prepared %q, want one", reset, got)
+		}
+		if slices.Contains(names, got[0]) {
+			t.Errorf("name %q used again", got[0])
+		}
+		names = append(names, got[0])
+		mustSimple(t, conn, reset)
+		if got := proxyStatements(t, conn, like); len(got) != 0 {
+			t.Fatalf("after %s: %q still prepared", reset, got)
+		}
+	}
+	if n := mustInt64(t, conn, "SELECT count(*) FROM orders WHERE note = 'd'", pgx.QueryExecModeSimpleProtocol); n != 6 {
+		t.Errorf("%d rows, want 6", n)
+	}
+}
+
+// DDL between uses: the server analyses the statement again and the INSERT
+// fills the new column's default, as a Query would.
+func TestSimpleInsertPreparedAfterDDL(t *testing.T) {
+	e, conn := newSimpleInsertEnv(t)
+	const ins = "INSERT INTO orders (note) VALUES ('ddl')"
+	for i := 0; i < 3; i++ {
+		mustSimple(t, conn, ins)
+	}
+	e.execDirect(t, "ALTER TABLE orders ADD COLUMN extra int DEFAULT 7")
+	mustSimple(t, conn, ins)
+	mustSimple(t, conn, "ALTER TABLE orders ALTER COLUMN extra SET DEFAULT 8")
+	mustSimple(t, conn, ins)
+	got := mustInt64s(t, conn, "SELECT coalesce(extra, 0) FROM orders WHERE note = 'ddl' ORDER BY id")
+	if want := []int64{7, 7, 7, 7, 8}; !slices.Equal(got, want) {
+		t.Errorf("extra = %v, want %v (existing rows get the added column's default)", got, want)
+	}
+}
+
+// A Query destroys the unnamed statement; Bind of the proxy's statement
+// would not, so with one on the server the INSERT stays a Query.
+// Regression guard for the stmtLive condition of queryPrepared.
+func TestSimpleInsertKeepsQueryWithUnnamedStatement(t *testing.T) {
+	_, conn := newSimpleInsertEnv(t)
+	ctx := context.Background()
+	pc := conn.PgConn()
+	const ins = "INSERT INTO orders (note) VALUES ('u')"
+	for i := 0; i < 3; i++ {
+		if _, err := pc.Prepare(ctx, "", "SELECT 1", nil); err != nil {
+			t.Fatal(err)
+		}
+		mustSimple(t, conn, ins)
+		res := pc.ExecPrepared(ctx, "", nil, nil, nil).Read()
+		wantError(t, fmt.Sprintf("Bind of the unnamed statement after the Query, use %d", i+1), res.Err, "26000", "")
+	}
+}
+
+// At most 64 texts are prepared per session; the rest stay Queries and
+// still work.
+func TestSimpleInsertPreparedBound(t *testing.T) {
+	_, conn := newSimpleInsertEnv(t)
+	for i := 0; i < 70; i++ {
+		ins := fmt.Sprintf("INSERT INTO orders (note) VALUES ('b%02d')", i)
+		mustSimple(t, conn, ins)
+		mustSimple(t, conn, ins)
+	}
+	if got := proxyStatements(t, conn, "INSERT INTO orders (note%) VALUES ('b%"); len(got) != 64 {
+		t.Errorf("%d texts prepared, want 64", len(got))
+	}
+	if n := mustInt64(t, conn, "SELECT count(DISTINCT id) FROM orders WHERE note LIKE 'b%'"); n != 140 {
+		t.Errorf("%d distinct ids, want 140", n)
+	}
+}

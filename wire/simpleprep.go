@@ -1,0 +1,162 @@
+package wire
+
+import (
+	"strconv"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// Simple-protocol INSERTs run as prepared statements.
+//
+// A Query that is one INSERT ... VALUES into a table with snowflake
+// defaults (plan.Inserts.Plain: no WITH, no RETURNING) is rendered with its
+// IDs as literals, and the server parses and plans that text every time,
+// although only the IDs change. From the second time the session sends the
+// same text with parameters for the IDs, it prepares that text under a name
+// of its own and sends Bind, Execute and Sync instead of the Query; the
+// server pump swallows ParseComplete and BindComplete, so the client sees
+// what a Query returns: CommandComplete (or an ErrorResponse) and
+// ReadyForQuery.
+//
+// That is the same statement: PostgreSQL analyses a prepared statement
+// again after DDL on its tables or a change of search_path, and a statement
+// without RETURNING has no result shape that such a change could break.
+// The path is taken only where it changes nothing else:
+//   - at a safe point (nothing outstanding: Sync then answers this Query
+//     alone) outside a failed transaction;
+//   - with every ID generated (an unfilled default renders as DEFAULT in
+//     the Query, which the parameter text cannot say);
+//   - without an unnamed statement on the server, which a Query would have
+//     destroyed and Bind does not.
+//
+// The statements are named "snowflake-proxy insert N", N never reused in
+// the session, and are forgotten (not closed) with the client's DEALLOCATE
+// ALL or DISCARD ALL. At most maxPreparedQueries texts are prepared per
+// session; texts seen once are dropped when the table is full.
+
+// maxPreparedQueries bounds the INSERT texts a session prepares.
+const maxPreparedQueries = 64
+
+// preparedQueryPrefix starts the names of those statements.
+const preparedQueryPrefix = "snowflake-proxy insert "
+
+// preparedQuery is one INSERT text the session has seen in a Query.
+type preparedQuery struct {
+	name []byte // "" until the first Parse is sent
+	// rec.parsed: the server confirmed the Parse (set by the server pump
+	// under session.mu). At a safe point it is final: false after a sent
+	// Parse means the Parse failed, and the next use sends it again.
+	rec stmtRec
+}
+
+// queryPrepared sends the Query's INSERT t, whose values p.vals are all
+// generated, as Bind, Execute and Sync of a prepared statement (Parse
+// first when needed) and reports whether it did. It does not when the
+// conditions above do not hold or the text is new: the caller then sends
+// the Query.
+func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error) {
+	ss := (*session)(p)
+	if pl.Inserts == nil || !pl.Inserts.Plain || p.stmtLive {
+		return false, nil
+	}
+	ss.mu.Lock()
+	safe := ss.q.empty() && !ss.dirty && ss.txStatus != 'E'
+	ss.mu.Unlock()
+	if !safe {
+		return false, nil
+	}
+	p.text = t.RenderParams(p.text[:0], 0, p.vals)
+	pq := p.prepared[string(p.text)]
+	if pq == nil {
+		p.notePreparedQuery()
+		return false, nil
+	}
+	ss.mu.Lock()
+	parsed := pq.rec.parsed
+	ss.mu.Unlock()
+	pm := newPosMap(t, p.vals, 0, true)
+	p.out = p.out[:0]
+	if !parsed {
+		if pq.name == nil {
+			p.preparedSeq++
+			pq.name = strconv.AppendUint([]byte(preparedQueryPrefix), p.preparedSeq, 10)
+		}
+		var start int
+		p.out, start = appendHeader(p.out, 'P')
+		p.out = append(p.out, pq.name...)
+		p.out = append(p.out, 0)
+		p.out = append(p.out, p.text...)
+		p.out = append(p.out, 0)
+		ids := t.IDSlots()
+		p.out = append16(p.out, ids)
+		for range ids {
+			p.out = append32(p.out, int8OID)
+		}
+		p.out = finishMsg(p.out, start)
+		p.push(owed{kind: owedHiddenParse, pos: pm, rec: &pq.rec})
+	}
+	p.out = p.appendPreparedBind(pq.name, t)
+	p.push(owed{kind: owedHiddenBind, pos: pm})
+	p.out = append(p.out, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0) // unnamed portal, all rows
+	p.out = append(p.out, 'S', 0, 0, 0, 4)
+	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: pm})
+	// For the client the Query destroyed the unnamed portal; the server
+	// has this one until Sync or, in a transaction block, its end.
+	p.unnamed, p.unnamedPortal, p.portalLive = nil, nil, true
+	p.effects(pl)
+	_, err := ss.sw.Write(p.out)
+	return true, err
+}
+
+// notePreparedQuery records p.text as seen once, making room when the
+// table is full by dropping the texts not prepared.
+func (p *clientPump) notePreparedQuery() {
+	if len(p.prepared) >= maxPreparedQueries {
+		for k, pq := range p.prepared {
+			if pq.name == nil {
+				delete(p.prepared, k)
+			}
+		}
+		if len(p.prepared) >= maxPreparedQueries {
+			return
+		}
+	}
+	if p.prepared == nil {
+		p.prepared = map[string]*preparedQuery{}
+	}
+	p.prepared[string(p.text)] = &preparedQuery{}
+}
+
+// appendPreparedBind appends to p.out a Bind of the unnamed portal to
+// statement name with the generated IDs of t's slots as text parameters.
+func (p *clientPump) appendPreparedBind(name []byte, t *plan.Template) []byte {
+	dst, start := appendHeader(p.out, 'B')
+	dst = append(dst, 0) // unnamed portal
+	dst = append(dst, name...)
+	dst = append(dst, 0)
+	dst = append16(dst, 0) // parameters in text
+	dst = append16(dst, t.IDSlots())
+	for i, s := range t.Slots {
+		if !s.Op.IsID() {
+			continue
+		}
+		at := len(dst)
+		dst = append32(dst, 0)
+		dst = strconv.AppendInt(dst, p.vals[i].ID, 10)
+		binaryPut32(dst[at:], len(dst)-at-4)
+	}
+	dst = append16(dst, 0) // results in text
+	return finishMsg(dst, start)
+}
+
+// forgetPreparedQueries drops the records of the session's prepared
+// INSERTs after a statement that deallocates them on the server.
+func (p *clientPump) forgetPreparedQueries(pl *plan.Plan) {
+	if len(p.prepared) == 0 {
+		return
+	}
+	if pl.DeallocateAll || (pl.Touches&plan.TouchPrepared != 0 && pl.Deallocate == "") ||
+		(len(pl.Deallocate) > len(preparedQueryPrefix) && pl.Deallocate[:len(preparedQueryPrefix)] == preparedQueryPrefix) {
+		clear(p.prepared)
+	}
+}
