@@ -230,10 +230,17 @@ func TestSimpleInsertKeepsQueryWithUnnamedStatement(t *testing.T) {
 	}
 }
 
-// At most 64 texts are prepared per session; the rest stay Queries and
-// still work.
+// At most 64 texts of at most 4 KiB are prepared per session; the rest
+// stay Queries and still work.
 func TestSimpleInsertPreparedBound(t *testing.T) {
 	_, conn := newSimpleInsertEnv(t)
+	long := "INSERT INTO orders (note) VALUES ('L" + strings.Repeat("x", 4100) + "')"
+	for i := 0; i < 3; i++ {
+		mustSimple(t, conn, long)
+	}
+	if got := proxyStatements(t, conn, "INSERT INTO orders (note%) VALUES ('L%"); len(got) != 0 {
+		t.Errorf("a %d-byte text was prepared as %q", len(long), got)
+	}
 	for i := 0; i < 70; i++ {
 		ins := fmt.Sprintf("INSERT INTO orders (note) VALUES ('b%02d')", i)
 		mustSimple(t, conn, ins)
@@ -242,7 +249,7 @@ func TestSimpleInsertPreparedBound(t *testing.T) {
 	if got := proxyStatements(t, conn, "INSERT INTO orders (note%) VALUES ('b%"); len(got) != 64 {
 		t.Errorf("%d texts prepared, want 64", len(got))
 	}
-	if n := mustInt64(t, conn, "SELECT count(DISTINCT id) FROM orders WHERE note LIKE 'b%'"); n != 140 {
-		t.Errorf("%d distinct ids, want 140", n)
+	if n := mustInt64(t, conn, "SELECT count(DISTINCT id) FROM orders WHERE note LIKE 'b%' OR note LIKE 'L%'"); n != 143 {
+		t.Errorf("%d distinct ids, want 143", n)
 	}
 }

@@ -78,9 +78,10 @@ type session struct {
 	out           []byte // scratch for messages the client pump builds
 	vals          []plan.Value
 	// Simple-protocol INSERTs prepared by the session (simpleprep.go):
-	// by text with parameters, the last number used in their names, and
-	// scratch for the text.
+	// by text with parameters, the texts seen once (hashes), the last
+	// number used in their names, and scratch for the text.
 	prepared    map[string]*preparedQuery
+	seen        map[uint64]struct{}
 	preparedSeq uint64
 	text        []byte
 	sout        []byte // scratch for the server pump

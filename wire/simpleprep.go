@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"hash/maphash"
 	"strconv"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
@@ -31,18 +32,26 @@ import (
 //
 // The statements are named "snowflake-proxy insert N", N never reused in
 // the session, and are forgotten (not closed) with the client's DEALLOCATE
-// ALL or DISCARD ALL. At most maxPreparedQueries texts are prepared per
-// session; texts seen once are dropped when the table is full.
+// ALL or DISCARD ALL. What the session keeps is bounded: at most
+// maxPreparedQueries texts prepared, of at most maxPreparedText bytes, and
+// the texts seen once only as hashes, at most maxSeenQueries of them.
 
-// maxPreparedQueries bounds the INSERT texts a session prepares.
-const maxPreparedQueries = 64
+const (
+	maxPreparedQueries = 64
+	maxPreparedText    = 4096
+	maxSeenQueries     = 256
+)
+
+// seenSeed hashes the texts seen once (a collision only prepares a text at
+// its first use).
+var seenSeed = maphash.MakeSeed()
 
 // preparedQueryPrefix starts the names of those statements.
 const preparedQueryPrefix = "snowflake-proxy insert "
 
-// preparedQuery is one INSERT text the session has seen in a Query.
+// preparedQuery is one INSERT text the session prepares.
 type preparedQuery struct {
-	name []byte // "" until the first Parse is sent
+	name []byte // nil until the first Parse is sent
 	// rec.parsed: the server confirmed the Parse (set by the server pump
 	// under session.mu). At a safe point it is final: false after a sent
 	// Parse means the Parse failed, and the next use sends it again.
@@ -68,8 +77,9 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	p.text = t.RenderParams(p.text[:0], 0, p.vals)
 	pq := p.prepared[string(p.text)]
 	if pq == nil {
-		p.notePreparedQuery()
-		return false, nil
+		if pq = p.secondUse(); pq == nil {
+			return false, nil
+		}
 	}
 	ss.mu.Lock()
 	parsed := pq.rec.parsed
@@ -108,23 +118,28 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	return true, err
 }
 
-// notePreparedQuery records p.text as seen once, making room when the
-// table is full by dropping the texts not prepared.
-func (p *clientPump) notePreparedQuery() {
-	if len(p.prepared) >= maxPreparedQueries {
-		for k, pq := range p.prepared {
-			if pq.name == nil {
-				delete(p.prepared, k)
-			}
-		}
-		if len(p.prepared) >= maxPreparedQueries {
-			return
-		}
+// secondUse returns a new record for p.text when it was seen once before
+// and there is room for it; otherwise it notes the text as seen, and
+// returns nil.
+func (p *clientPump) secondUse() *preparedQuery {
+	if len(p.text) > maxPreparedText || len(p.prepared) >= maxPreparedQueries {
+		return nil
 	}
+	h := maphash.Bytes(seenSeed, p.text)
+	if _, ok := p.seen[h]; !ok {
+		if p.seen == nil || len(p.seen) >= maxSeenQueries {
+			p.seen = map[uint64]struct{}{}
+		}
+		p.seen[h] = struct{}{}
+		return nil
+	}
+	delete(p.seen, h)
 	if p.prepared == nil {
 		p.prepared = map[string]*preparedQuery{}
 	}
-	p.prepared[string(p.text)] = &preparedQuery{}
+	pq := &preparedQuery{}
+	p.prepared[string(p.text)] = pq
+	return pq
 }
 
 // appendPreparedBind appends to p.out a Bind of the unnamed portal to
