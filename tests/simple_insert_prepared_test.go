@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // Simple-protocol INSERTs with snowflake defaults run as prepared
@@ -251,5 +252,63 @@ func TestSimpleInsertPreparedBound(t *testing.T) {
 	}
 	if n := mustInt64(t, conn, "SELECT count(DISTINCT id) FROM orders WHERE note LIKE 'b%' OR note LIKE 'L%'"); n != 143 {
 		t.Errorf("%d distinct ids, want 143", n)
+	}
+}
+
+// On the wire the client gets exactly a Query's response, CommandComplete
+// then ReadyForQuery, whether the INSERT went as a Query or prepared, one
+// at a time or several Queries sent at once (those after the first are
+// not at a safe point and go as Queries).
+func TestSimpleInsertPreparedWireResponses(t *testing.T) {
+	e, conn := newSimpleInsertEnv(t)
+	_, fe := loggedIn(t, e)
+	const ins = "INSERT INTO orders (note) VALUES ('w')"
+	responses := func(n int) []string {
+		t.Helper()
+		var got []string
+		for ready := 0; ready < n; {
+			msg, err := fe.Receive()
+			if err != nil {
+				t.Fatalf("after %q: %v", got, err)
+			}
+			switch m := msg.(type) {
+			case *pgproto3.CommandComplete:
+				got = append(got, "C "+string(m.CommandTag))
+			case *pgproto3.ReadyForQuery:
+				got = append(got, "Z "+string(m.TxStatus))
+				ready++
+			default:
+				got = append(got, fmt.Sprintf("%T", msg))
+			}
+		}
+		return got
+	}
+	want := func(n int) []string {
+		var w []string
+		for range n {
+			w = append(w, "C INSERT 0 1", "Z I")
+		}
+		return w
+	}
+	for i := 0; i < 3; i++ {
+		fe.Send(&pgproto3.Query{String: ins})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got := responses(1); !slices.Equal(got, want(1)) {
+			t.Fatalf("use %d: got %q, want %q", i+1, got, want(1))
+		}
+	}
+	for range 6 {
+		fe.Send(&pgproto3.Query{String: ins})
+	}
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := responses(6); !slices.Equal(got, want(6)) {
+		t.Fatalf("six Queries at once: got %q, want %q", got, want(6))
+	}
+	if n := mustInt64(t, conn, "SELECT count(DISTINCT id) FROM orders WHERE note = 'w'"); n != 9 {
+		t.Errorf("%d distinct ids, want 9", n)
 	}
 }
