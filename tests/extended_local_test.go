@@ -28,19 +28,30 @@ type statsProxy struct {
 
 func newStatsProxy(t *testing.T, node int) *statsProxy {
 	t.Helper()
+	return newStatsProxyWith(t, node, nil)
+}
+
+// newStatsProxyWith is newStatsProxy with adjust applied to the
+// wire.Config first.
+func newStatsProxyWith(t *testing.T, node int, adjust func(*wire.Config)) *statsProxy {
+	t.Helper()
 	srv := pgtest.Shared(t)
 	e := &testEnv{srv: srv, db: pgtest.NewDatabase(t, srv), node: node}
 	svc, err := compat.New(compat.Config{ControlURL: srv.URL("postgres"), Node: node, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := wire.New(wire.Config{
+	cfg := wire.Config{
 		Upstream:   wire.Upstream{Network: "tcp", Address: srv.Addr()},
 		Rewriter:   rewrite.New(rewrite.Config{}),
 		Snowflakes: svc,
 		Node:       node,
 		Logger:     testLogger(),
-	})
+	}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	ws, err := wire.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire"
 )
 
 // Simple-protocol INSERTs with snowflake defaults run as prepared
@@ -310,5 +312,36 @@ func TestSimpleInsertPreparedWireResponses(t *testing.T) {
 	}
 	if n := mustInt64(t, conn, "SELECT count(DISTINCT id) FROM orders WHERE note = 'w'"); n != 9 {
 		t.Errorf("%d distinct ids, want 9", n)
+	}
+}
+
+// wire.Config.QueryInserts (--prepared-inserts=false) keeps every INSERT a
+// Query; Stats.PreparedInserts counts the prepared executions otherwise.
+func TestSimpleInsertQueryInsertsOption(t *testing.T) {
+	for _, queryInserts := range []bool{false, true} {
+		t.Run(fmt.Sprint("QueryInserts=", queryInserts), func(t *testing.T) {
+			p := newStatsProxyWith(t, insertNode, func(c *wire.Config) { c.QueryInserts = queryInserts })
+			setup := p.connect(t, pgx.QueryExecModeSimpleProtocol)
+			mustRun(t, setup, "CREATE EXTENSION snowflake")
+			mustRun(t, setup, "CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake.nextval(), note text)")
+			conn := p.connect(t, pgx.QueryExecModeCacheStatement)
+			waitFastDefaults(t, conn, "orders")
+			before := p.ws.Stats().PreparedInserts
+			for i := 0; i < 5; i++ {
+				mustSimple(t, conn, "INSERT INTO orders (note) VALUES ('o')")
+			}
+			prepared := p.ws.Stats().PreparedInserts - before
+			names := proxyStatements(t, conn, "INSERT INTO orders (note%) VALUES ('o'%")
+			want, wantNames := uint64(4), 1 // the first use is a Query
+			if queryInserts {
+				want, wantNames = 0, 0
+			}
+			if prepared != want || len(names) != wantNames {
+				t.Errorf("%d of 5 INSERTs ran prepared, statements %q; want %d and %d statement(s)", prepared, names, want, wantNames)
+			}
+			if n := mustInt64(t, conn, "SELECT count(DISTINCT id) FROM orders WHERE note = 'o'"); n != 5 {
+				t.Errorf("%d distinct ids, want 5", n)
+			}
+		})
 	}
 }

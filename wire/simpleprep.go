@@ -30,6 +30,9 @@ import (
 //   - without an unnamed statement on the server, which a Query would have
 //     destroyed and Bind does not.
 //
+// Config.QueryInserts turns this off; Stats.PreparedInserts counts the
+// INSERTs sent prepared.
+//
 // The statements are named "snowflake-proxy insert N", N never reused in
 // the session, and are forgotten (not closed) with the client's DEALLOCATE
 // ALL or DISCARD ALL. What the session keeps is bounded: at most
@@ -65,7 +68,7 @@ type preparedQuery struct {
 // the Query.
 func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error) {
 	ss := (*session)(p)
-	if pl.Inserts == nil || !pl.Inserts.Plain || p.stmtLive {
+	if pl.Inserts == nil || !pl.Inserts.Plain || p.stmtLive || ss.cfg.QueryInserts {
 		return false, nil
 	}
 	ss.mu.Lock()
@@ -114,6 +117,7 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	// has this one until Sync or, in a transaction block, its end.
 	p.unnamed, p.unnamedPortal, p.portalLive = nil, nil, true
 	p.effects(pl)
+	ss.srv.stats.preparedInserts.Add(1)
 	_, err := ss.sw.Write(p.out)
 	return true, err
 }

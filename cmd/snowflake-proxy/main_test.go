@@ -65,6 +65,7 @@ func TestBadFlagsAndValues(t *testing.T) {
 		{"bad log level", nil, []string{"--log-level", "loud"}, "invalid --log-level"},
 		{"event loops -2", nil, []string{"--event-loops", "-2"}, "invalid --event-loops -2"},
 		{"event loops from env", map[string]string{"SNOWFLAKE_PROXY_EVENT_LOOPS": "5000"}, nil, "invalid --event-loops 5000"},
+		{"prepared inserts not a bool", map[string]string{"SNOWFLAKE_PROXY_PREPARED_INSERTS": "sometimes"}, nil, "SNOWFLAKE_PROXY_PREPARED_INSERTS"},
 		{"stray argument", nil, []string{"serve"}, "unexpected argument"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

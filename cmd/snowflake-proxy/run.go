@@ -23,6 +23,7 @@ type options struct {
 	grace                     time.Duration
 	procs                     int
 	eventLoops                int
+	preparedInserts           bool
 	pprof                     string
 }
 
@@ -40,6 +41,7 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long sessions may finish before they are closed")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: the CPUs the process may use, plus one per event loop; see setProcs)")
 	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions with epoll (0: one per CPU the process may use, or per P with --procs or $GOMAXPROCS; -1: none, every session on its own goroutines)")
+	fs.BoolVar(&o.preparedInserts, "prepared-inserts", true, "run a repeated simple-protocol INSERT with snowflake defaults as a prepared statement the proxy makes in the session, planned once (false: send each as a Query)")
 	fs.StringVar(&o.pprof, "pprof", "", "address to serve net/http/pprof on, e.g. 127.0.0.1:6060 (empty: off)")
 	fs.Usage = func() {
 		fmt.Fprintln(m.Stderr, "usage: snowflake-proxy [flags]\n       snowflake-proxy decode ID...\n       snowflake-proxy version\n\nflags (each also settable as SNOWFLAKE_PROXY_<NAME>):")
@@ -121,7 +123,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		}
 		defer stop()
 	}
-	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger, EventLoops: loops}
+	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger, EventLoops: loops,
+		QueryInserts: !o.preparedInserts}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)

@@ -48,6 +48,9 @@ type Config struct {
 	// EventLoops is wire.Config.EventLoops: 0 GOMAXPROCS, negative
 	// none.
 	EventLoops int
+	// QueryInserts is wire.Config.QueryInserts: true keeps every
+	// simple-protocol INSERT a Query.
+	QueryInserts bool
 }
 
 // App is a running proxy.
@@ -133,13 +136,14 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.services = services
 	server, err := wire.New(wire.Config{
-		Upstream:   wire.Upstream{Network: up.network, Address: up.address},
-		TLSConfig:  tlsConfig,
-		Rewriter:   rewrite.New(rewrite.Config{}),
-		Snowflakes: services,
-		Node:       cfg.Node,
-		Logger:     cfg.Logger,
-		EventLoops: cfg.EventLoops,
+		Upstream:     wire.Upstream{Network: up.network, Address: up.address},
+		TLSConfig:    tlsConfig,
+		Rewriter:     rewrite.New(rewrite.Config{}),
+		Snowflakes:   services,
+		Node:         cfg.Node,
+		Logger:       cfg.Logger,
+		EventLoops:   cfg.EventLoops,
+		QueryInserts: cfg.QueryInserts,
 	})
 	if err != nil {
 		a.closeServices()
