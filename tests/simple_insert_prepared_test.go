@@ -168,14 +168,14 @@ func TestSimpleInsertPreparedInTransactions(t *testing.T) {
 	}
 }
 
-// DISCARD ALL and DEALLOCATE ALL drop the proxy's statements with the
-// client's: the next uses prepare again, under a new name.
+// DISCARD ALL, DEALLOCATE ALL and a DEALLOCATE of the proxy's statement
+// by name drop it: the next uses prepare again, under a new name.
 func TestSimpleInsertPreparedAfterDiscard(t *testing.T) {
 	_, conn := newSimpleInsertEnv(t)
 	const ins = "INSERT INTO orders (note) VALUES ('d')"
 	const like = "INSERT INTO orders (note%) VALUES ('d'%"
 	var names []string
-	for _, reset := range []string{"DISCARD ALL", "DEALLOCATE ALL"} {
+	for _, reset := range []string{"DISCARD ALL", "DEALLOCATE ALL", "DEALLOCATE by name"} {
 		for i := 0; i < 3; i++ {
 			mustSimple(t, conn, ins)
 		}
@@ -187,13 +187,22 @@ func TestSimpleInsertPreparedAfterDiscard(t *testing.T) {
 			t.Errorf("name %q used again", got[0])
 		}
 		names = append(names, got[0])
+		if reset == "DEALLOCATE by name" {
+			reset = `DEALLOCATE "` + got[0] + `"`
+		}
 		mustSimple(t, conn, reset)
 		if got := proxyStatements(t, conn, like); len(got) != 0 {
 			t.Fatalf("after %s: %q still prepared", reset, got)
 		}
 	}
-	if n := mustInt64(t, conn, "SELECT count(*) FROM orders WHERE note = 'd'", pgx.QueryExecModeSimpleProtocol); n != 6 {
-		t.Errorf("%d rows, want 6", n)
+	for i := 0; i < 2; i++ {
+		mustSimple(t, conn, ins) // prepared again under a fourth name
+	}
+	if got := proxyStatements(t, conn, like); len(got) != 1 || slices.Contains(names, got[0]) {
+		t.Errorf("after the resets: prepared %q, want one statement named anew (earlier %q)", got, names)
+	}
+	if n := mustInt64(t, conn, "SELECT count(*) FROM orders WHERE note = 'd'", pgx.QueryExecModeSimpleProtocol); n != 11 {
+		t.Errorf("%d rows, want 11", n)
 	}
 }
 
