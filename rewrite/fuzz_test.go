@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
 // FuzzPlan checks that Plan never panics or returns nil, and that the
@@ -29,6 +31,28 @@ func FuzzPlan(f *testing.F) {
 			}
 		}
 		checkRendered(t, sql, p)
+		checkPlain(t, sql, p)
 		_ = NeedsParse(sql)
 	})
+}
+
+// checkPlain checks plan.Inserts.Plain against the parse tree: one
+// statement, an INSERT with VALUES or DEFAULT VALUES, no WITH, no
+// RETURNING (wire runs such a string as a prepared statement).
+func checkPlain(t *testing.T, sql string, p *plan.Plan) {
+	t.Helper()
+	if p.Inserts == nil || !p.Inserts.Plain {
+		return
+	}
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 || len(p.Statements) != 1 || len(p.Inserts.Targets) != 1 {
+		t.Fatalf("Plain for %q: %d statements, %d targets, parse error %v", sql, len(p.Statements), len(p.Inserts.Targets), err)
+	}
+	ins := tree.Stmts[0].Stmt.GetInsertStmt()
+	if ins == nil || ins.WithClause != nil || len(ins.ReturningList) > 0 {
+		t.Fatalf("Plain for %q, which is not a plain INSERT", sql)
+	}
+	if sel := ins.SelectStmt.GetSelectStmt(); ins.SelectStmt != nil && (sel == nil || len(sel.ValuesLists) == 0) {
+		t.Fatalf("Plain for %q, whose rows do not come from VALUES", sql)
+	}
 }
