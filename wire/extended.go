@@ -56,7 +56,7 @@ func (p *clientPump) parse() error {
 		return ss.cr.pass(ss.sw) // the server reports the malformed message
 	}
 	noids := int(binary.BigEndian.Uint16(rest))
-	pl := ss.cfg.Rewriter.Plan(string(query))
+	pl := ss.cfg.Rewriter.Plan(viewString(query))
 	if pl == nil {
 		pl = plan.Passthrough
 	}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"unsafe"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
@@ -12,9 +13,17 @@ type Rewriter interface {
 	// Plan returns the plan for sql; never nil (plan.Passthrough when the
 	// proxy has nothing to do, including text that does not parse: the
 	// server then reports the syntax error itself). The plan is shared and
-	// must not be modified.
+	// must not be modified. Plan must not retain sql: the session passes
+	// text that aliases its read buffer (viewString), valid only until
+	// Plan returns.
 	Plan(sql string) *plan.Plan
 }
+
+// viewString returns b as a string without copying it. The string is valid
+// only while b's bytes are not reused: the sessions pass SQL this way to
+// Rewriter.Plan, which does not retain it, so that relaying a Query or a
+// Parse allocates nothing.
+func viewString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // Snowflakes serves the fast path and the extension statements. compat
 // implements it on top of generator.

@@ -17,7 +17,7 @@ func (p *clientPump) query() error {
 	if len(body) == 0 || body[len(body)-1] != 0 {
 		return protocolError("invalid string in message")
 	}
-	pl := ss.cfg.Rewriter.Plan(string(body[:len(body)-1]))
+	pl := ss.cfg.Rewriter.Plan(viewString(body[:len(body)-1]))
 	if pl == nil {
 		pl = plan.Passthrough
 	}
