@@ -21,23 +21,15 @@ import (
 // positions, transaction behaviour; and the statements must be the ones a
 // Query would have run.
 
-// simpleExec sends sql as one Query message and returns the last tag.
+// simpleExec sends sql as one Query message.
 func simpleExec(conn *pgx.Conn, sql string) (pgconn.CommandTag, error) {
-	res, err := conn.PgConn().Exec(context.Background(), sql).ReadAll()
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return res[len(res)-1].CommandTag, nil
+	return run(context.Background(), conn, sql, pgx.QueryExecModeSimpleProtocol)
 }
 
 // mustSimple is simpleExec that fails the test on error.
 func mustSimple(t testing.TB, conn *pgx.Conn, sql string) pgconn.CommandTag {
 	t.Helper()
-	tag, err := simpleExec(conn, sql)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return tag
+	return mustRun(t, conn, sql, pgx.QueryExecModeSimpleProtocol)
 }
 
 // proxyStatements returns the names of the session's prepared statements

@@ -229,24 +229,7 @@ func (p *clientPump) bind() error {
 	}
 	p.out = append16(p.out, np+rec.ids)
 	p.out = append(p.out, rest[ppos:end]...)
-	for i, s := range rec.t.Slots {
-		if !s.Op.IsID() {
-			continue
-		}
-		v := p.vals[i]
-		switch {
-		case !v.Valid:
-			p.out = append32(p.out, -1)
-		case bin:
-			p.out = append32(p.out, 8)
-			p.out = binaryAppendInt64(p.out, v.ID)
-		default:
-			at := len(p.out)
-			p.out = append32(p.out, 0)
-			p.out = strconv.AppendInt(p.out, v.ID, 10)
-			binaryPut32(p.out[at:], len(p.out)-at-4)
-		}
-	}
+	p.out = appendIDParams(p.out, rec.t, p.vals, bin)
 	p.out = append(p.out, rest[end:]...)
 	p.out = finishMsg(p.out, start)
 	ss.cr.consume()
@@ -275,6 +258,31 @@ func count16(b []byte, off int) (int, int, bool) {
 	}
 	n := int(binary.BigEndian.Uint16(b[off:]))
 	return n, off + 2, off+2+2*n <= len(b)
+}
+
+// appendIDParams appends Bind parameter values for the ID slots of t, in
+// slot order: NULL for a value the proxy has not (the server's shim then
+// issues it), else int8 in binary or text.
+func appendIDParams(dst []byte, t *plan.Template, vals []plan.Value, bin bool) []byte {
+	for i, s := range t.Slots {
+		if !s.Op.IsID() {
+			continue
+		}
+		v := vals[i]
+		switch {
+		case !v.Valid:
+			dst = append32(dst, -1)
+		case bin:
+			dst = append32(dst, 8)
+			dst = binaryAppendInt64(dst, v.ID)
+		default:
+			at := len(dst)
+			dst = append32(dst, 0)
+			dst = strconv.AppendInt(dst, v.ID, 10)
+			binaryPut32(dst[at:], len(dst)-at-4)
+		}
+	}
+	return dst
 }
 
 func binaryAt(b []byte, off int) bool { return binary.BigEndian.Uint16(b[off:]) == 1 }

@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"strings"
+
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
@@ -85,12 +87,15 @@ func (p *clientPump) forwardedQuery(pl *plan.Plan) {
 // for SET LOCAL and rollbacks).
 func (p *clientPump) effects(pl *plan.Plan) {
 	ss := (*session)(p)
-	p.forgetPreparedQueries(pl)
 	t := pl.Touches
 	if pl.DeallocateAll || (t&plan.TouchPrepared != 0 && pl.Deallocate == "") {
 		clear(p.stmts)
+		clear(p.prepared)
 	} else if pl.Deallocate != "" {
 		delete(p.stmts, pl.Deallocate)
+		if strings.HasPrefix(pl.Deallocate, preparedQueryPrefix) {
+			clear(p.prepared) // simpleprep.go: prepared again, under new names
+		}
 	}
 	if t == 0 {
 		return

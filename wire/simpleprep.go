@@ -35,7 +35,7 @@ import (
 //
 // The statements are named "snowflake-proxy insert N", N never reused in
 // the session, and are forgotten (not closed) with the client's DEALLOCATE
-// ALL or DISCARD ALL. What the session keeps is bounded: at most
+// ALL, DISCARD ALL or DEALLOCATE of one of them (effects, simple.go). What the session keeps is bounded: at most
 // maxPreparedQueries texts prepared, of at most maxPreparedText bytes, and
 // the texts seen once only as hashes, at most maxSeenQueries of them.
 
@@ -54,10 +54,12 @@ const preparedQueryPrefix = "snowflake-proxy insert "
 
 // preparedQuery is one INSERT text the session prepares.
 type preparedQuery struct {
-	name []byte // nil until the first Parse is sent
-	// rec.parsed: the server confirmed the Parse (set by the server pump
-	// under session.mu). At a safe point it is final: false after a sent
-	// Parse means the Parse failed, and the next use sends it again.
+	name []byte // "snowflake-proxy insert N"
+	// rec holds the template for appendParse (the current one: any
+	// template of this text renders it), and rec.parsed whether the server
+	// confirmed the Parse (set by the server pump under session.mu). At a
+	// safe point it is final: false after a sent Parse means the Parse
+	// failed, and the next use sends it again.
 	rec stmtRec
 }
 
@@ -71,10 +73,7 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	if pl.Inserts == nil || !pl.Inserts.Plain || p.stmtLive || ss.cfg.QueryInserts {
 		return false, nil
 	}
-	ss.mu.Lock()
-	safe := ss.q.empty() && !ss.dirty && ss.txStatus != 'E'
-	ss.mu.Unlock()
-	if !safe {
+	if safe, status := p.state(); !safe || status == 'E' {
 		return false, nil
 	}
 	p.text = t.RenderParams(p.text[:0], 0, p.vals)
@@ -84,31 +83,28 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 			return false, nil
 		}
 	}
-	ss.mu.Lock()
+	// At a safe point the server pump has popped every entry, the one that
+	// set parsed included, under session.mu, which state took since: the
+	// read needs no lock.
 	parsed := pq.rec.parsed
-	ss.mu.Unlock()
 	pm := newPosMap(t, p.vals, 0, true)
 	p.out = p.out[:0]
+	ids := t.IDSlots()
 	if !parsed {
-		if pq.name == nil {
-			p.preparedSeq++
-			pq.name = strconv.AppendUint([]byte(preparedQueryPrefix), p.preparedSeq, 10)
-		}
-		var start int
-		p.out, start = appendHeader(p.out, 'P')
-		p.out = append(p.out, pq.name...)
-		p.out = append(p.out, 0)
-		p.out = append(p.out, p.text...)
-		p.out = append(p.out, 0)
-		ids := t.IDSlots()
-		p.out = append16(p.out, ids)
-		for range ids {
-			p.out = append32(p.out, int8OID)
-		}
-		p.out = finishMsg(p.out, start)
+		pq.rec.t, pq.rec.ids = t, ids
+		p.out = p.appendParse(p.out, pq.name, &pq.rec, nil, 0)
 		p.push(owed{kind: owedHiddenParse, pos: pm, rec: &pq.rec})
 	}
-	p.out = p.appendPreparedBind(pq.name, t)
+	var start int
+	p.out, start = appendHeader(p.out, 'B')
+	p.out = append(p.out, 0) // unnamed portal
+	p.out = append(p.out, pq.name...)
+	p.out = append(p.out, 0)
+	p.out = append16(p.out, 0) // parameters in text
+	p.out = append16(p.out, ids)
+	p.out = appendIDParams(p.out, t, p.vals, false)
+	p.out = append16(p.out, 0) // results in text
+	p.out = finishMsg(p.out, start)
 	p.push(owed{kind: owedHiddenBind, pos: pm})
 	p.out = append(p.out, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0) // unnamed portal, all rows
 	p.out = append(p.out, 'S', 0, 0, 0, 4)
@@ -122,9 +118,9 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	return true, err
 }
 
-// secondUse returns a new record for p.text when it was seen once before
-// and there is room for it; otherwise it notes the text as seen, and
-// returns nil.
+// secondUse returns a new, named record for p.text when it was seen once
+// before and there is room for it; otherwise it notes the text as seen,
+// and returns nil.
 func (p *clientPump) secondUse() *preparedQuery {
 	if len(p.text) > maxPreparedText || len(p.prepared) >= maxPreparedQueries {
 		return nil
@@ -141,41 +137,8 @@ func (p *clientPump) secondUse() *preparedQuery {
 	if p.prepared == nil {
 		p.prepared = map[string]*preparedQuery{}
 	}
-	pq := &preparedQuery{}
+	p.preparedSeq++
+	pq := &preparedQuery{name: strconv.AppendUint([]byte(preparedQueryPrefix), p.preparedSeq, 10)}
 	p.prepared[string(p.text)] = pq
 	return pq
-}
-
-// appendPreparedBind appends to p.out a Bind of the unnamed portal to
-// statement name with the generated IDs of t's slots as text parameters.
-func (p *clientPump) appendPreparedBind(name []byte, t *plan.Template) []byte {
-	dst, start := appendHeader(p.out, 'B')
-	dst = append(dst, 0) // unnamed portal
-	dst = append(dst, name...)
-	dst = append(dst, 0)
-	dst = append16(dst, 0) // parameters in text
-	dst = append16(dst, t.IDSlots())
-	for i, s := range t.Slots {
-		if !s.Op.IsID() {
-			continue
-		}
-		at := len(dst)
-		dst = append32(dst, 0)
-		dst = strconv.AppendInt(dst, p.vals[i].ID, 10)
-		binaryPut32(dst[at:], len(dst)-at-4)
-	}
-	dst = append16(dst, 0) // results in text
-	return finishMsg(dst, start)
-}
-
-// forgetPreparedQueries drops the records of the session's prepared
-// INSERTs after a statement that deallocates them on the server.
-func (p *clientPump) forgetPreparedQueries(pl *plan.Plan) {
-	if len(p.prepared) == 0 {
-		return
-	}
-	if pl.DeallocateAll || (pl.Touches&plan.TouchPrepared != 0 && pl.Deallocate == "") ||
-		(len(pl.Deallocate) > len(preparedQueryPrefix) && pl.Deallocate[:len(preparedQueryPrefix)] == preparedQueryPrefix) {
-		clear(p.prepared)
-	}
 }
