@@ -26,9 +26,16 @@ const (
 	pollInterval = 50 * time.Millisecond
 )
 
-// proc is a long-running child process (the proxy, PgBouncer) in its own
-// process group, so that a terminal's Ctrl-C reaches only the harness, which
-// then stops it in order.
+// proc is a long-running child process (the proxy, PgBouncer, the floor
+// relay) in its own session, hence its own process group, so that a
+// terminal's Ctrl-C reaches only the harness, which then stops it in order.
+//
+// A session of its own also gives it its own scheduling group where the
+// kernel groups tasks by session (CONFIG_SCHED_AUTOGROUP, on in Debian's
+// kernels): the way a daemon runs (pg_ctl and "pgbouncer -d" call setsid,
+// systemd gives each service its own cgroup). In the harness's session a
+// relay would share one group's CPU share with pgbench, its load, while
+// PostgreSQL (started by pg_ctl) has a group of its own.
 type proc struct {
 	name string
 	cmd  *exec.Cmd
@@ -46,7 +53,7 @@ func startProc(name, logPath string, cred *syscall.Credential, bin string, args 
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: cred}
 	if cred != nil {
 		cmd.Dir = "/"
 	}
