@@ -31,8 +31,9 @@ const (
 // terminal's Ctrl-C reaches only the harness, which then stops it in order.
 //
 // A session of its own also gives it its own scheduling group where the
-// kernel groups tasks by session (CONFIG_SCHED_AUTOGROUP, on in Debian's
-// kernels): the way a daemon runs (pg_ctl and "pgbouncer -d" call setsid,
+// kernel groups tasks by session (CONFIG_SCHED_AUTOGROUP; on when
+// /proc/sys/kernel/sched_autogroup_enabled is 1, as on the development
+// machine): the way a daemon runs (pg_ctl and "pgbouncer -d" call setsid,
 // systemd gives each service its own cgroup). In the harness's session a
 // relay would share one group's CPU share with pgbench, its load, while
 // PostgreSQL (started by pg_ctl) has a group of its own.
