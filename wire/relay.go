@@ -165,7 +165,7 @@ func (p *serverPump) handle(typ byte) error {
 		if p.swallow(owedHiddenParse) {
 			return ss.sr.skip()
 		}
-		p.parseComplete()
+		p.complete(owedParse, 0)
 	case '2':
 		if p.swallow(owedHiddenBind) {
 			return ss.sr.skip()
@@ -196,47 +196,29 @@ func (p *serverPump) parameterStatus() error {
 	return ss.sr.pass(ss.cw)
 }
 
-// complete pops the front entry when it is of kind a or b.
-func (p *serverPump) complete(a, b owedKind) {
+// complete pops the front entry when it is of kind a or b (0: none) and
+// reports whether it did. The entry of a ParseComplete confirms its record
+// as known to the server (extlocal.go answers only for statements the
+// server has; simpleprep.go sends Parse again until it is confirmed).
+func (p *serverPump) complete(a, b owedKind) bool {
 	ss := (*session)(p)
 	ss.mu.Lock()
-	if o := ss.q.front(); o != nil && (o.kind == a || o.kind == b) {
-		ss.q.pop()
-	}
-	ss.mu.Unlock()
-}
-
-// parseComplete pops an owedParse entry and marks its record as known to
-// the server (extlocal.go answers only for statements the server has).
-func (p *serverPump) parseComplete() {
-	ss := (*session)(p)
-	ss.mu.Lock()
-	if o := ss.q.front(); o != nil && o.kind == owedParse {
+	o := ss.q.front()
+	done := o != nil && (o.kind == a || o.kind == b)
+	if done {
 		if o.rec != nil {
 			o.rec.parsed = true
 		}
 		ss.q.pop()
 	}
 	ss.mu.Unlock()
+	return done
 }
 
-// swallow pops the front entry when it is of kind k (a response to a
-// message the proxy sent on its own: reprepare.go, simpleprep.go) and
-// reports whether it did: the response is then not relayed. A ParseComplete
-// confirms the entry's record.
-func (p *serverPump) swallow(k owedKind) bool {
-	ss := (*session)(p)
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if o := ss.q.front(); o != nil && o.kind == k {
-		if o.rec != nil {
-			o.rec.parsed = true
-		}
-		ss.q.pop()
-		return true
-	}
-	return false
-}
+// swallow completes the front entry when it is of kind k, a response to a
+// message the proxy sent on its own (reprepare.go, simpleprep.go), and
+// reports whether it did: the response is then not relayed.
+func (p *serverPump) swallow(k owedKind) bool { return p.complete(k, 0) }
 
 // ready handles ReadyForQuery: the transaction status, the entries it
 // completes (after an error, every entry up to the Sync), the safe point,
