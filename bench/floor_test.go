@@ -35,15 +35,22 @@ func runFloor(t *testing.T, ctx context.Context, srv *pgserver.Server) (*proc, i
 	return p, port
 }
 
-// connectVia opens a session on the shared server through 127.0.0.1:port.
-func connectVia(t *testing.T, ctx context.Context, url string, port int) *pgx.Conn {
+// viaConfig is the configuration of a session on url's server through
+// 127.0.0.1:port.
+func viaConfig(t *testing.T, url string, port int) *pgx.ConnConfig {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Host, cfg.Port = "127.0.0.1", uint16(port)
-	c, err := pgx.ConnectConfig(ctx, cfg)
+	return cfg
+}
+
+// connectVia opens a session on the shared server through 127.0.0.1:port.
+func connectVia(t *testing.T, ctx context.Context, url string, port int) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.ConnectConfig(ctx, viaConfig(t, url, port))
 	if err != nil {
 		t.Fatalf("connect through the floor relay: %v", err)
 	}
@@ -112,11 +119,7 @@ func TestFloorRelaySurvivesSessionChurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, port := runFloor(t, ctx, srv)
-	cfg, err := pgx.ParseConfig(srv.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Host, cfg.Port = "127.0.0.1", uint16(port)
+	cfg := viaConfig(t, srv.URL("postgres"), port)
 	cfg.ConnectTimeout = 5 * time.Second
 	for i := range 300 {
 		c, err := pgx.ConnectConfig(ctx, cfg)
