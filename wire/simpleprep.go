@@ -127,8 +127,10 @@ func (p *clientPump) secondUse() *preparedQuery {
 	}
 	h := maphash.Bytes(seenSeed, p.text)
 	if _, ok := p.seen[h]; !ok {
-		if p.seen == nil || len(p.seen) >= maxSeenQueries {
-			p.seen = map[uint64]struct{}{}
+		if p.seen == nil {
+			p.seen = make(map[uint64]struct{}, maxSeenQueries)
+		} else if len(p.seen) >= maxSeenQueries {
+			clear(p.seen) // keeps its buckets: no allocation per 256 new texts
 		}
 		p.seen[h] = struct{}{}
 		return nil
