@@ -260,6 +260,11 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 		md.printf("\nCPU per transaction, µs (medians; exact run time of every thread from /proc/<pid>/task/<tid>/schedstat, read at 20%% and 90%% of each run; server = postmaster and its children, relay = proxy, PgBouncer or the floor relay, client = pgbench):\n\n")
 		md.printf("%s", cpu.String())
 	}
+	var rounds mdBuffer
+	if rep.writeRoundsMarkdown(&rounds) {
+		md.printf("\nThe ratios round by round (the main table's are of the medians; within a round the targets run one after another):\n\n")
+		md.printf("%s", rounds.String())
+	}
 	md.printf("\nColumns per workload (cells are median TPS / mean latency in ms; ratios are of TPS; \"added lat proxy/pgb\" = (proxy - direct latency) / (pgbouncer - direct latency)):\n\n")
 	for _, w := range wls {
 		for _, v := range h.variants(w) {
