@@ -100,10 +100,10 @@ func (a *analyzer) statement(raw *pg_query.RawStmt, only bool) plan.Statement {
 				a.p.Touches |= plan.TouchShim
 			}
 		}
-		n0 := len(a.inserts)
 		a.insert(n.InsertStmt)
+		// Without WITH, the only statement's targets are its own.
 		ins := n.InsertStmt
-		a.plainInsert = only && n0 == 0 && len(a.inserts) == 1 && ins.WithClause == nil && len(ins.ReturningList) == 0
+		a.plainInsert = only && ins.WithClause == nil && len(ins.ReturningList) == 0 && len(a.inserts) == 1
 	case *pg_query.Node_UpdateStmt:
 		a.withInserts(n.UpdateStmt.WithClause)
 	case *pg_query.Node_DeleteStmt:

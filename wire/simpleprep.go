@@ -35,9 +35,10 @@ import (
 //
 // The statements are named "snowflake-proxy insert N", N never reused in
 // the session, and are forgotten (not closed) with the client's DEALLOCATE
-// ALL, DISCARD ALL or DEALLOCATE of one of them (effects, simple.go). What the session keeps is bounded: at most
-// maxPreparedQueries texts prepared, of at most maxPreparedText bytes, and
-// the texts seen once only as hashes, at most maxSeenQueries of them.
+// ALL, DISCARD ALL or DEALLOCATE of one of them (effects, simple.go). What
+// the session keeps is bounded: at most maxPreparedQueries texts prepared,
+// of at most maxPreparedText bytes, and the texts seen once only as
+// hashes, at most maxSeenQueries of them.
 
 const (
 	maxPreparedQueries = 64
