@@ -198,6 +198,37 @@ func TestSimpleInsertPreparedAfterDiscard(t *testing.T) {
 	}
 }
 
+// Regression: a DEALLOCATE of one of the proxy's statements made the
+// session forget all of them, so the others were prepared again beside
+// their old statements, which stayed on the server unused.
+func TestSimpleInsertDeallocateForgetsOnlyThatStatement(t *testing.T) {
+	_, conn := newSimpleInsertEnv(t)
+	const a, b = "INSERT INTO orders (note) VALUES ('da')", "INSERT INTO orders (note) VALUES ('db')"
+	const likeA, likeB = "INSERT INTO orders (note%) VALUES ('da'%", "INSERT INTO orders (note%) VALUES ('db'%"
+	for i := 0; i < 2; i++ {
+		mustSimple(t, conn, a)
+		mustSimple(t, conn, b)
+	}
+	namesA, namesB := proxyStatements(t, conn, likeA), proxyStatements(t, conn, likeB)
+	if len(namesA) != 1 || len(namesB) != 1 {
+		t.Fatalf("prepared %q and %q, want one statement each", namesA, namesB)
+	}
+	mustSimple(t, conn, `DEALLOCATE "`+namesA[0]+`"`)
+	for i := 0; i < 2; i++ {
+		mustSimple(t, conn, a)
+		mustSimple(t, conn, b)
+	}
+	if got := proxyStatements(t, conn, likeB); !slices.Equal(got, namesB) {
+		t.Errorf("after DEALLOCATE of %q: statements for the other INSERT %q, want still %q", namesA[0], got, namesB)
+	}
+	if got := proxyStatements(t, conn, likeA); len(got) != 1 || got[0] == namesA[0] {
+		t.Errorf("after DEALLOCATE of %q: statements for its INSERT %q, want one under a new name", namesA[0], got)
+	}
+	if n := mustInt64(t, conn, "SELECT count(DISTINCT id) FROM orders WHERE note IN ('da', 'db')"); n != 8 {
+		t.Errorf("%d distinct ids, want 8", n)
+	}
+}
+
 // DDL between uses: the server analyses the statement again and the INSERT
 // fills the new column's default, as a Query would.
 func TestSimpleInsertPreparedAfterDDL(t *testing.T) {

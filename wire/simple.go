@@ -94,7 +94,7 @@ func (p *clientPump) effects(pl *plan.Plan) {
 	} else if pl.Deallocate != "" {
 		delete(p.stmts, pl.Deallocate)
 		if strings.HasPrefix(pl.Deallocate, preparedQueryPrefix) {
-			clear(p.prepared) // simpleprep.go: prepared again, under new names
+			p.forgetPrepared(pl.Deallocate) // simpleprep.go
 		}
 	}
 	if t == 0 {

@@ -145,3 +145,16 @@ func (p *clientPump) secondUse() *preparedQuery {
 	p.prepared[string(p.text)] = pq
 	return pq
 }
+
+// forgetPrepared drops the record of the statement the client deallocated
+// by name: its text is prepared again, under a new name, at its second use
+// after. The others stay: forgetting them too would leave them on the
+// server, unused, and prepare their texts again beside them.
+func (p *clientPump) forgetPrepared(name string) {
+	for text, pq := range p.prepared {
+		if string(pq.name) == name {
+			delete(p.prepared, text)
+			return
+		}
+	}
+}
