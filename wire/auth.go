@@ -1,36 +1,18 @@
 package wire
 
 import (
-	"bufio"
-	"context"
+	"bytes"
 	"encoding/binary"
-	"fmt"
-	"time"
 )
 
 // Authentication request codes (AuthenticationXXX messages).
 const (
 	authOK           = 0
+	authSASL         = 10
 	authSASLFinal    = 12
 	authGSSContinue  = 8
 	authSASLContinue = 11
 )
-
-// dial connects to the upstream within DialTimeout.
-func (ss *session) dial() error {
-	ctx, cancel := context.WithTimeout(ss.ctx, ss.cfg.DialTimeout)
-	defer cancel()
-	c, err := ss.cfg.Dial(ctx, ss.cfg.Upstream.Network, ss.cfg.Upstream.Address)
-	if err != nil {
-		return &Error{Kind: KindUpstreamDial, Code: codeUnableToConnect,
-			Message: fmt.Sprintf("snowflake-proxy: could not connect to server: %v", err), Err: err}
-	}
-	ss.setConns(ss.client, c)
-	ss.deadline(c, time.Now().Add(ss.cfg.HandshakeTimeout), false)
-	ss.sw = bufio.NewWriterSize(c, ioBufferSize)
-	ss.sr = frameReader{r: bufio.NewReaderSize(c, ioBufferSize), max: maxServerMessage}
-	return nil
-}
 
 // authenticate relays the authentication exchange byte for byte until the
 // server's ReadyForQuery: every request the server makes goes to the
@@ -48,6 +30,10 @@ func (ss *session) authenticate() error {
 			body, err := ss.sr.read()
 			if err != nil {
 				return ss.upstreamLost(err)
+			}
+			if typ == 'R' && len(body) >= 4 && binary.BigEndian.Uint32(body) == authSASL {
+				body = withoutChannelBinding(body)
+				ss.saslStarted = true
 			}
 			ss.out = append(ss.out[:0], typ, 0, 0, 0, 0)
 			ss.out = append(ss.out, body...)
@@ -76,9 +62,17 @@ func (ss *session) authenticate() error {
 					return &Error{Kind: KindUpstreamProtocol, Code: codeProtocolViolation, Message: "invalid authentication request"}
 				}
 				code := binary.BigEndian.Uint32(body)
+				if code == authOK && !ss.authAsked && ss.lendsCertificate() {
+					err := &Error{Kind: KindUnsupported, Code: codeInvalidAuthorization,
+						Message: "snowflake-proxy: the server admitted this session without asking for a password, which may rest on the proxy's own client certificate (sslcert); the proxy does not lend its credentials to clients: give client roles password authentication in pg_hba.conf (with clientcert=verify-ca if the server must see the certificate)"}
+					ss.log.Warn("session refused: admitted by the server without authentication while the proxy presented its client certificate", logUser, ss.user)
+					ss.fatal(err)
+					return err
+				}
 				if code == authOK || code == authSASLFinal {
 					continue
 				}
+				ss.authAsked = true
 				if err := ss.cw.Flush(); err != nil {
 					return &Error{Kind: KindClientIO, Message: "write", Err: err}
 				}
@@ -121,13 +115,75 @@ func (ss *session) relayAuthResponse() error {
 		ss.fatal(e)
 		return e
 	}
-	if err := ss.cr.forward(ss.sw); err != nil {
+	if ss.saslStarted {
+		ss.saslStarted = false
+		if err := ss.checkSASLInitial(); err != nil {
+			ss.fatal(err)
+			return err
+		}
+		// checkSASLInitial read the body: pass sends what it read.
+		if err := ss.cr.pass(ss.sw); err != nil {
+			return ss.upstreamLost(err)
+		}
+	} else if err := ss.cr.forward(ss.sw); err != nil {
 		return &Error{Kind: KindClientIO, Message: "read", Err: err}
 	}
 	if err := ss.sw.Flush(); err != nil {
 		return ss.upstreamLost(err)
 	}
 	return nil
+}
+
+// lendsCertificate reports whether the session's server connection
+// presented the proxy's client certificate.
+func (ss *session) lendsCertificate() bool {
+	tc, ok := ss.server.(*serverTLS)
+	return ok && tc.sentCert
+}
+
+// withoutChannelBinding removes the SCRAM mechanisms with channel binding
+// ("-PLUS") from an AuthenticationSASL body. Channel binding ties the
+// exchange to the TLS channel the client sees, which ends at the proxy,
+// while the server checks it against its own: a client that chose
+// SCRAM-SHA-256-PLUS could never log in. Without them a client that
+// insists on channel binding (channel_binding=require) stops with its own
+// error, as it does in front of PgBouncer.
+func withoutChannelBinding(body []byte) []byte {
+	out := body[:4]
+	rest := body[4:]
+	for {
+		name, next, ok := cstring(rest)
+		if !ok || len(name) == 0 {
+			break
+		}
+		if !bytes.HasSuffix(name, []byte("-PLUS")) {
+			out = append(out, rest[:len(name)+1]...)
+		}
+		rest = next
+	}
+	return append(out, 0)
+}
+
+// checkSASLInitial looks at the client's SASLInitialResponse, the current
+// message of cr, before it is relayed. A SCRAM client on TLS that was not
+// offered channel binding says so with the GS2 flag 'y'; a server reached
+// over TLS takes that for a downgrade attack and refuses the login with
+// "SCRAM channel binding negotiation error". The proxy is that downgrade,
+// by design: it refuses first, saying what to do.
+func (ss *session) checkSASLInitial() error {
+	body, err := ss.cr.body()
+	if err != nil {
+		return &Error{Kind: KindClientIO, Message: "read", Err: err}
+	}
+	if _, ok := ss.server.(*serverTLS); !ok {
+		return nil
+	}
+	_, rest, ok := cstring(body)
+	if !ok || len(rest) < 5 || rest[4] != 'y' {
+		return nil
+	}
+	return &Error{Kind: KindUnsupported, Code: codeInvalidAuthorization,
+		Message: "snowflake-proxy: SCRAM channel binding cannot pass through the proxy, and the server (reached over TLS) refuses a client on TLS without it; connect to the proxy with channel_binding=disable, or without TLS"}
 }
 
 // noteParameter records a ParameterStatus body (name NUL value NUL) and

@@ -13,10 +13,10 @@ import (
 func (ss *session) forwardCancel(pkt []byte) error {
 	ctx, cancel := context.WithTimeout(ss.ctx, ss.cfg.DialTimeout)
 	defer cancel()
-	c, err := ss.cfg.Dial(ctx, ss.cfg.Upstream.Network, ss.cfg.Upstream.Address)
+	c, err := ss.srv.dialCancel(ctx)
 	if err != nil {
 		ss.log.Warn("cancel request: dial", logError, err)
-		return &Error{Kind: KindUpstreamDial, Code: codeUnableToConnect, Message: "cancel", Err: err}
+		return err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(ss.cfg.DialTimeout))

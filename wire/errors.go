@@ -18,10 +18,11 @@ const (
 	KindUpstreamIO                       // the server connection was lost
 	KindUpstreamProtocol                 // the server sent something unexpected
 	KindUnsupported                      // a request PostgreSQL would also refuse
+	KindUpstreamTLS                      // TLS with the server was required and failed
 	numKinds
 )
 
-var kindNames = [numKinds]string{"", "client_protocol", "client_io", "tls", "upstream_dial", "upstream_io", "upstream_protocol", "unsupported"}
+var kindNames = [numKinds]string{"", "client_protocol", "client_io", "tls", "upstream_dial", "upstream_io", "upstream_protocol", "unsupported", "upstream_tls"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -51,11 +52,12 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // SQLSTATE codes used by the proxy itself.
 const (
-	codeProtocolViolation   = "08P01"
-	codeConnectionFailure   = "08006"
-	codeUnableToConnect     = "08001"
-	codeFeatureNotSupported = "0A000"
-	codeInternal            = "XX000"
+	codeProtocolViolation    = "08P01"
+	codeConnectionFailure    = "08006"
+	codeUnableToConnect      = "08001"
+	codeFeatureNotSupported  = "0A000"
+	codeInternal             = "XX000"
+	codeInvalidAuthorization = "28000"
 )
 
 // ErrProtocolViolation is matched by every client protocol error.

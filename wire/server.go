@@ -13,14 +13,6 @@ import (
 	"time"
 )
 
-// Upstream is the PostgreSQL server the proxy fronts.
-type Upstream struct {
-	// Network is "tcp" or "unix". Empty: "tcp".
-	Network string
-	// Address is host:port for tcp, the socket file path for unix.
-	Address string
-}
-
 // Config configures a Server. Zero values are documented defaults.
 type Config struct {
 	// Upstream is the server every session connects to. Required.

@@ -44,6 +44,9 @@ type session struct {
 
 	track bool // a Rewriter is configured: responses are matched to requests
 
+	saslStarted bool // startup: the next client answer is a SASLInitialResponse
+	authAsked   bool // startup: the server asked the client for credentials
+
 	mu       sync.Mutex
 	q        owedQueue
 	txStatus byte       // from the last ReadyForQuery

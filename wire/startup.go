@@ -148,15 +148,11 @@ func (ss *session) connect(pkt []byte) error {
 
 	ss.cw = bufio.NewWriterSize(ss.client, ioBufferSize)
 	ss.cr = frameReader{r: bufio.NewReaderSize(ss.client, ioBufferSize), max: maxAuthMessage}
-	if err := ss.dial(); err != nil {
-		ss.fatal(err)
+	if err := ss.openServer(out); err != nil {
+		if kindOf(err) != KindUpstreamIO {
+			ss.fatal(err)
+		}
 		return err
-	}
-	if _, err := ss.sw.Write(out); err != nil {
-		return ss.upstreamLost(err)
-	}
-	if err := ss.sw.Flush(); err != nil {
-		return ss.upstreamLost(err)
 	}
 	return ss.authenticate()
 }
