@@ -18,6 +18,7 @@ import (
 // winning when both are given.
 type options struct {
 	listen, upstream, dataDir string
+	passwordFile              string
 	node                      int
 	tlsCert, tlsKey, logLevel string
 	grace                     time.Duration
@@ -32,7 +33,8 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("snowflake-proxy", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:6432", "address for clients")
-	fs.StringVar(&o.upstream, "upstream", "", "PostgreSQL to front: postgres:// URL, host:port or Unix-socket directory (empty: start an embedded private server)")
+	fs.StringVar(&o.upstream, "upstream", "", "PostgreSQL to front: postgres:// URL or key=value settings as libpq takes them (sslmode, sslrootcert, sslcert, sslkey, ...), host:port, or a Unix-socket directory (empty: start an embedded private server)")
+	fs.StringVar(&o.passwordFile, "password-file", "", "file holding the control password, when --upstream, PGPASSWORD and the libpq password file (PGPASSFILE, ~/.pgpass) give none")
 	fs.StringVar(&o.dataDir, "data-dir", app.DefaultDataDir(), "data directory of the embedded server (reused across runs)")
 	fs.IntVar(&o.node, "node", 0, "this instance's snowflake.node, 1..1023")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate (PEM) for clients")
@@ -123,7 +125,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		}
 		defer stop()
 	}
-	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger, EventLoops: loops,
+	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, PasswordFile: o.passwordFile, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger, EventLoops: loops,
 		QueryInserts: !o.preparedInserts}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {
@@ -131,7 +133,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		return 1
 	}
 	host, port, _ := net.SplitHostPort(a.Addr())
-	where := "upstream " + o.upstream
+	where := "upstream " + a.Upstream()
 	if e := a.Embedded(); e != nil {
 		where = "embedded PostgreSQL in " + e.DataDir()
 	}

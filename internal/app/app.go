@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,10 @@ type Config struct {
 	// password are the control credentials), host:port, or a Unix-socket
 	// directory. Empty: start the embedded private server.
 	Upstream string
+	// PasswordFile holds the control password when the upstream
+	// connection string, PGPASSWORD and the password file of libpq
+	// (PGPASSFILE, ~/.pgpass) give none.
+	PasswordFile string
 	// DataDir is the embedded server's data directory. Empty:
 	// DefaultDataDir().
 	DataDir string
@@ -64,6 +69,7 @@ type App struct {
 	closeMu  sync.Mutex
 	closed   bool
 	serveErr chan error
+	upstream string // connection string, password masked
 }
 
 // DefaultDataDir is where the embedded server keeps its data between runs: a
@@ -117,10 +123,10 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
 		}
 		a.embedded = srv
-		up, _ = parseUpstream(fmt.Sprintf("%s:%d", srv.SocketDir(), srv.Port()))
+		up, _ = parseUpstream(fmt.Sprintf("%s:%d", srv.SocketDir(), srv.Port()), "")
 	} else {
 		var err error
-		if up, err = parseUpstream(cfg.Upstream); err != nil {
+		if up, err = parseUpstream(cfg.Upstream, cfg.PasswordFile); err != nil {
 			return nil, err
 		}
 	}
@@ -136,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.services = services
 	server, err := wire.New(wire.Config{
-		Upstream:     wire.Upstream{Network: up.network, Address: up.address},
+		Upstream:     up.wire,
 		TLSConfig:    tlsConfig,
 		Rewriter:     rewrite.New(rewrite.Config{}),
 		Snowflakes:   services,
@@ -158,6 +164,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
 	}
 	a.ln = ln
+	a.upstream = up.display
 	go func() { a.serveErr <- server.Serve(ln) }()
 	return a, nil
 }
@@ -170,9 +177,40 @@ func checkUpstream(ctx context.Context, up upstream, timeout time.Duration) erro
 	defer cancel()
 	c, err := pgx.Connect(ctx, up.controlURL)
 	if err != nil {
-		return fmt.Errorf("upstream %s unreachable: %w", up.address, err)
+		return &unreachableError{upstream: up.display, err: err}
 	}
 	return c.Close(ctx)
+}
+
+// Upstream describes the upstream for logs and the ready line, its
+// password masked.
+func (a *App) Upstream() string { return a.upstream }
+
+// unreachableError is the start-up check's failure, on one line.
+type unreachableError struct {
+	upstream string // password masked
+	err      error
+}
+
+func (e *unreachableError) Error() string {
+	return "upstream " + e.upstream + " unreachable: " + oneLine(e.err)
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// oneLine joins the lines of a connection error (pgconn gives one per
+// attempt: sslmode=prefer tries TLS, then plaintext), without repeats.
+func oneLine(err error) string {
+	var parts []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(err.Error(), "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && !seen[l] {
+			seen[l] = true
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // Addr is the address the proxy listens on.

@@ -1,61 +1,123 @@
 package app
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire"
 )
 
-// upstream is where client sessions and control connections go.
+// upstream is where client sessions and control connections go. Both are
+// derived from one parse of the operator's connection string, so they
+// agree on the server and on TLS.
 type upstream struct {
-	network    string // "tcp" or "unix"
-	address    string // host:port or socket file path
-	controlURL string // postgres:// URL for the proxy's own connections (database "postgres")
+	wire wire.Upstream
+	// controlURL is the connection string of the proxy's own connections,
+	// password included: never log it.
+	controlURL string
+	// display is the connection string for logs and the ready line, its
+	// password masked.
+	display string
 }
 
-// parseUpstream accepts a postgres:// URL, host:port, or a Unix-socket
-// directory (optionally "dir:port"). User and password in a URL are the
-// control credentials; otherwise PGUSER or "postgres" is used.
-func parseUpstream(s string) (upstream, error) {
+// parseUpstream accepts what libpq accepts for a single server (a
+// postgres:// URL or a key=value string) and two shorthands: host:port,
+// and a Unix-socket directory (optionally "dir:port"). Settings missing
+// from it come from libpq's environment variables (PGSSLMODE,
+// PGSSLROOTCERT, PGPASSWORD, PGPASSFILE, ...) and libpq's defaults
+// (sslmode=prefer). User and password are the control credentials;
+// passwordFile, when set and no password was given otherwise, holds the
+// password.
+func parseUpstream(s, passwordFile string) (upstream, error) {
+	cs, err := connString(s)
+	if err != nil {
+		return upstream{}, err
+	}
+	cfg, err := pgconn.ParseConfig(cs)
+	if err != nil {
+		return upstream{}, fmt.Errorf("invalid --upstream: %w", err)
+	}
+	if cfg.TLSConfig != nil && cfg.TLSConfig.RootCAs == nil && verifies(cfg.TLSConfig) || requireWithoutRoot(cfg) {
+		// libpq's default root certificate file: with it, require
+		// verifies the chain (verify-ca); without it, verify-ca and
+		// verify-full cannot work.
+		root := defaultRootCert()
+		if root == "" && verifies(cfg.TLSConfig) {
+			return upstream{}, errors.New("invalid --upstream: sslmode=" + sslModeOf(cfg) +
+				" needs the server's root certificate: add sslrootcert=<file> (your provider's CA bundle) or sslrootcert=system (the system's trusted roots), or choose an sslmode that does not verify the server")
+		}
+		if root != "" {
+			cs = withSetting(cs, "sslrootcert", root)
+			if cfg, err = pgconn.ParseConfig(cs); err != nil {
+				return upstream{}, fmt.Errorf("invalid --upstream: %w", err)
+			}
+		}
+	}
+	for _, fb := range cfg.Fallbacks {
+		if fb.Host != cfg.Host || fb.Port != cfg.Port {
+			return upstream{}, errors.New("invalid --upstream: several hosts are not supported; give the one server the proxy fronts")
+		}
+	}
+	if cfg.Password == "" && passwordFile != "" {
+		b, err := os.ReadFile(passwordFile)
+		if err != nil {
+			return upstream{}, fmt.Errorf("password file: %w", err)
+		}
+		pw := strings.TrimRight(string(b), "\r\n")
+		if pw == "" {
+			return upstream{}, fmt.Errorf("password file %s is empty", passwordFile)
+		}
+		cs = withSetting(cs, "password", pw)
+	}
+	network, address := pgconn.NetworkAddress(cfg.Host, cfg.Port)
+	w := wire.Upstream{Network: network, Address: address, SSLMode: sslModeOf(cfg), DirectTLS: cfg.SSLNegotiation == "direct"}
+	switch {
+	case cfg.TLSConfig == nil && len(cfg.Fallbacks) > 0 && cfg.Fallbacks[0].TLSConfig != nil:
+		w.TLSMode, w.TLS = wire.TLSAllow, cfg.Fallbacks[0].TLSConfig
+	case cfg.TLSConfig == nil:
+		w.TLSMode = wire.TLSDisable
+	case len(cfg.Fallbacks) > 0:
+		w.TLSMode, w.TLS = wire.TLSPrefer, cfg.TLSConfig
+	default:
+		w.TLSMode, w.TLS = wire.TLSRequire, cfg.TLSConfig
+	}
+	return upstream{wire: w, controlURL: cs, display: maskPassword(cs)}, nil
+}
+
+// connString turns the shorthands into a connection string pgconn
+// parses; URLs and key=value strings pass unchanged.
+func connString(s string) (string, error) {
 	user := os.Getenv("PGUSER")
 	if user == "" {
 		user = "postgres"
 	}
 	switch {
+	case s == "":
+		return "", errors.New("invalid --upstream: empty")
 	case strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://"):
 		u, err := url.Parse(s)
 		if err != nil {
-			return upstream{}, fmt.Errorf("invalid --upstream URL: %w", err)
-		}
-		q := u.Query()
-		if h := q.Get("host"); strings.HasPrefix(h, "/") {
-			port := q.Get("port")
-			if port == "" {
-				port = u.Port()
-			}
-			return socketUpstream(h, port, u)
-		}
-		host := u.Hostname()
-		if host == "" {
-			host = "localhost"
-		}
-		port := u.Port()
-		if port == "" {
-			port = "5432"
+			return "", fmt.Errorf("invalid --upstream URL: %w", maskURLError(err))
 		}
 		if u.User == nil {
 			u.User = url.User(user)
 		}
-		u.Path = "/postgres"
-		if q.Get("sslmode") == "" {
-			q.Set("sslmode", "disable")
-			u.RawQuery = q.Encode()
+		if u.Path == "" || u.Path == "/" {
+			u.Path = "/postgres"
 		}
-		return upstream{network: "tcp", address: net.JoinHostPort(host, port), controlURL: u.String()}, nil
+		return u.String(), nil
+	case strings.Contains(s, "="):
+		return s, nil
 	case strings.HasPrefix(s, "/"):
 		dir, port := s, "5432"
 		if i := strings.LastIndexByte(s, ':'); i > 0 {
@@ -63,31 +125,109 @@ func parseUpstream(s string) (upstream, error) {
 				dir, port = s[:i], s[i+1:]
 			}
 		}
-		return socketUpstream(dir, port, &url.URL{User: url.User(user)})
-	default:
-		host, port, err := net.SplitHostPort(s)
-		if err != nil {
-			return upstream{}, fmt.Errorf("invalid --upstream %q: want a postgres:// URL, host:port or a Unix socket directory", s)
-		}
-		if _, err := strconv.Atoi(port); err != nil {
-			return upstream{}, fmt.Errorf("invalid --upstream %q: bad port", s)
-		}
-		u := &url.URL{Scheme: "postgres", User: url.User(user), Host: net.JoinHostPort(host, port), Path: "/postgres", RawQuery: "sslmode=disable"}
-		return upstream{network: "tcp", address: net.JoinHostPort(host, port), controlURL: u.String()}, nil
+		q := url.Values{"host": {dir}, "port": {port}}
+		u := &url.URL{Scheme: "postgres", User: url.User(user), Path: "/postgres", RawQuery: q.Encode()}
+		return u.String(), nil
 	}
+	host, port, err := net.SplitHostPort(s)
+	if _, perr := strconv.Atoi(port); err == nil && perr != nil {
+		err = perr
+	}
+	if err != nil {
+		return "", fmt.Errorf("invalid --upstream %q: want a postgres:// URL, key=value settings, host:port or a Unix socket directory", s)
+	}
+	u := &url.URL{Scheme: "postgres", User: url.User(user), Host: net.JoinHostPort(host, port), Path: "/postgres"}
+	return u.String(), nil
 }
 
-func socketUpstream(dir, port string, auth *url.URL) (upstream, error) {
-	if port == "" {
-		port = "5432"
+// maskURLError keeps url.Parse's complaint without the URL, which may
+// hold the password.
+func maskURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
 	}
-	if _, err := strconv.Atoi(port); err != nil {
-		return upstream{}, fmt.Errorf("invalid --upstream: bad port %q", port)
+	return err
+}
+
+// withSetting adds or replaces one libpq setting in a connection string.
+func withSetting(cs, key, value string) string {
+	if strings.HasPrefix(cs, "postgres://") || strings.HasPrefix(cs, "postgresql://") {
+		u, err := url.Parse(cs)
+		if err != nil {
+			return cs
+		}
+		if key == "password" {
+			u.User = url.UserPassword(u.User.Username(), value)
+			return u.String()
+		}
+		q := u.Query()
+		q.Set(key, value)
+		u.RawQuery = q.Encode()
+		return u.String()
 	}
-	q := url.Values{"host": {dir}, "port": {port}, "sslmode": {"disable"}}
-	u := &url.URL{Scheme: "postgres", User: auth.User, Path: "/postgres", RawQuery: q.Encode()}
-	if u.User == nil {
-		u.User = url.User("postgres")
+	r := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
+	return cs + " " + key + "='" + r.Replace(value) + "'"
+}
+
+var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// maskPassword hides the password of a connection string as libpq's
+// tools do.
+func maskPassword(cs string) string {
+	if strings.HasPrefix(cs, "postgres://") || strings.HasPrefix(cs, "postgresql://") {
+		if u, err := url.Parse(cs); err == nil {
+			q := u.Query()
+			if q.Has("password") {
+				q.Set("password", "xxxxx")
+				u.RawQuery = q.Encode()
+			}
+			return u.Redacted()
+		}
+		return "(unparsable URL)"
 	}
-	return upstream{network: "unix", address: filepath.Join(dir, ".s.PGSQL."+port), controlURL: u.String()}, nil
+	return dsnPassword.ReplaceAllString(cs, "${1}xxxxx")
+}
+
+// verifies reports whether c checks the server's certificate chain
+// (libpq's verify-ca and verify-full).
+func verifies(c *tls.Config) bool {
+	return c != nil && (!c.InsecureSkipVerify || c.VerifyPeerCertificate != nil)
+}
+
+// requireWithoutRoot reports sslmode=require with no root certificate
+// given: libpq then verifies the chain if its default root file exists.
+func requireWithoutRoot(cfg *pgconn.Config) bool {
+	return cfg.TLSConfig != nil && len(cfg.Fallbacks) == 0 && !verifies(cfg.TLSConfig) && cfg.TLSConfig.RootCAs == nil
+}
+
+// sslModeOf names the sslmode that pgconn's configuration implements.
+func sslModeOf(cfg *pgconn.Config) string {
+	switch {
+	case cfg.TLSConfig == nil && len(cfg.Fallbacks) > 0 && cfg.Fallbacks[0].TLSConfig != nil:
+		return "allow"
+	case cfg.TLSConfig == nil:
+		return "disable"
+	case len(cfg.Fallbacks) > 0:
+		return "prefer"
+	case !cfg.TLSConfig.InsecureSkipVerify:
+		return "verify-full"
+	case cfg.TLSConfig.VerifyPeerCertificate != nil:
+		return "verify-ca"
+	}
+	return "require"
+}
+
+// defaultRootCert is libpq's default root certificate file,
+// ~/.postgresql/root.crt, when it exists.
+func defaultRootCert() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(home, ".postgresql", "root.crt")
+	if st, err := os.Stat(p); err == nil && !st.IsDir() {
+		return p
+	}
+	return ""
 }

@@ -1,0 +1,176 @@
+package tests
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	_ "github.com/lib/pq"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/app"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+)
+
+const managedPassword = "Managed-pw-7f3a"
+
+// managedServer is a server set up like a managed PostgreSQL: TLS only
+// (hostssl), SCRAM only, a certificate from a CA of its own. The CA
+// certificate is written to a file, as a provider hands it out.
+func managedServer(t *testing.T) (srv *pgserver.Server, caFile string) {
+	t.Helper()
+	ca := pgtest.NewCA(t, "managed provider CA")
+	srv = pgtest.StartTLS(t, pgserver.Options{Password: managedPassword,
+		Settings: map[string]string{"password_encryption": "'scram-sha-256'"},
+		HBA:      []string{"local all all trust", "hostssl all all 127.0.0.1/32 scram-sha-256"}},
+		ca, ca.Server(t, "localhost", "127.0.0.1"))
+	caFile = filepath.Join(t.TempDir(), "provider-ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return srv, caFile
+}
+
+// TestManagedPostgres starts the proxy the way the README's "In front of
+// managed PostgreSQL" section tells a user to, with the provider's
+// connection string (sslmode=verify-full, the provider's CA), in front of
+// a hostssl-only SCRAM server, and drives it with psql, pgx and lib/pq:
+// every session and every control connection of the proxy is encrypted,
+// the fast path works, and the password shows up nowhere in the proxy's
+// output.
+func TestManagedPostgres(t *testing.T) {
+	srv, caFile := managedServer(t)
+	upstream := fmt.Sprintf("postgres://postgres:%s@localhost:%d/postgres?sslmode=verify-full&sslrootcert=%s",
+		managedPassword, srv.Port(), url.QueryEscape(caFile))
+	logs := &pgtest.SyncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, err := app.Start(ctx, app.Config{Listen: "127.0.0.1:0", Upstream: upstream, Node: 7,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = a.Close(c)
+	})
+	if strings.Contains(a.Upstream(), managedPassword) || !strings.Contains(a.Upstream(), "localhost") {
+		t.Fatalf("Upstream() must describe the server without its password: %q", a.Upstream())
+	}
+	host, port := splitHostPort(t, a.Addr())
+	proxyURL := fmt.Sprintf("postgres://postgres:%s@%s:%s/postgres?sslmode=disable", managedPassword, host, port)
+
+	c, err := pgx.Connect(ctx, proxyURL)
+	if err != nil {
+		t.Fatalf("pgx through the proxy: %v", err)
+	}
+	defer c.Close(context.Background())
+	mustRun(t, c, "CREATE EXTENSION IF NOT EXISTS snowflake")
+	mustRun(t, c, "DROP TABLE IF EXISTS managed_t")
+	mustRun(t, c, "CREATE TABLE managed_t (id bigint PRIMARY KEY DEFAULT snowflake.nextval(), v int)")
+	for i := 0; i < 50; i++ {
+		mustRun(t, c, "INSERT INTO managed_t (v) VALUES ($1)", i)
+	}
+	if n := mustInt64(t, c, "SELECT count(DISTINCT snowflake.get_node(id)) FILTER (WHERE snowflake.get_node(id) = 7) FROM managed_t"); n != 1 {
+		t.Fatalf("IDs of node 7: %d distinct nodes", n)
+	}
+	mustInt64(t, c, "SELECT snowflake.nextval()")
+	if got := mustString(t, c, "SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()"); got != "true" {
+		t.Fatalf("pgx session: pg_stat_ssl.ssl = %s", got)
+	}
+	// Every connection the proxy holds (sessions, leases, claim, catalog
+	// watch) is encrypted.
+	plain := mustInt64(t, c, `SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+		WHERE a.backend_type = 'client backend' AND NOT s.ssl`)
+	if plain != 0 {
+		t.Fatalf("%d connections of the server are in plaintext", plain)
+	}
+	if n := mustInt64(t, c, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'snowflake-proxy%'`); n == 0 {
+		t.Fatalf("no control connection of the proxy seen: %s", mustString(t, c, "SELECT string_agg(coalesce(application_name,'-') || '/' || backend_type, ', ') FROM pg_stat_activity"))
+	}
+
+	db, err := sql.Open("postgres", proxyURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var ssl bool
+	if err := db.QueryRowContext(ctx, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&ssl); err != nil || !ssl {
+		t.Fatalf("lib/pq session: ssl %v, err %v", ssl, err)
+	}
+	var id int64
+	if err := db.QueryRowContext(ctx, "INSERT INTO managed_t (v) VALUES (1) RETURNING id").Scan(&id); err != nil || id <= 0 {
+		t.Fatalf("lib/pq INSERT: id %d, err %v", id, err)
+	}
+
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		t.Fatal("psql not found: the tests need it (README, Prerequisites)")
+	}
+	cmd := exec.CommandContext(ctx, psql, "-X", "-A", "-t", "-h", host, "-p", port, "-U", "postgres", "-d", "postgres",
+		"-c", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C", "PGSSLMODE=disable", "PGPASSWORD=" + managedPassword}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "t" {
+		t.Fatalf("psql session: %q, err %v", out, err)
+	}
+
+	if strings.Contains(logs.String(), managedPassword) {
+		t.Fatalf("the password appears in the proxy's log:\n%s", logs)
+	}
+}
+
+// TestManagedPostgresRequiresTLS: a proxy told to require TLS refuses to
+// start in front of a server without TLS, with one clear line, instead
+// of serving in plaintext.
+func TestManagedPostgresRequiresTLS(t *testing.T) {
+	srv := pgtest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	upstream := fmt.Sprintf("postgres://postgres:pw-not-shown@%s/postgres?sslmode=require", srv.Addr())
+	a, err := app.Start(ctx, app.Config{Listen: "127.0.0.1:0", Upstream: upstream, Logger: testLogger()})
+	if err == nil {
+		_ = a.Close(ctx)
+		t.Fatal("the proxy started in front of a server without TLS although sslmode=require")
+	}
+	if !strings.Contains(strings.ToUpper(err.Error()), "TLS") || strings.Contains(err.Error(), "pw-not-shown") {
+		t.Fatalf("want a clear error without the password, got: %v", err)
+	}
+}
+
+// TestManagedPostgresPasswordFile: the control password may come from a
+// file instead of the command line.
+func TestManagedPostgresPasswordFile(t *testing.T) {
+	srv, caFile := managedServer(t)
+	pwFile := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(pwFile, []byte(managedPassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	upstream := fmt.Sprintf("host=localhost port=%d user=postgres dbname=postgres sslmode=verify-ca sslrootcert=%s", srv.Port(), caFile)
+	a, err := app.Start(ctx, app.Config{Listen: "127.0.0.1:0", Upstream: upstream, PasswordFile: pwFile, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	host, port := splitHostPort(t, a.Addr())
+	c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres:%s@%s:%s/postgres?sslmode=disable", managedPassword, host, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if got := mustString(t, c, "SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()"); got != "true" {
+		t.Fatalf("pg_stat_ssl.ssl = %s", got)
+	}
+}
