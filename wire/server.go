@@ -22,6 +22,10 @@ type Config struct {
 	// TLSConfig, if not nil, is used for clients that send SSLRequest
 	// (answered 'S'). If nil, SSLRequest is answered 'N'.
 	TLSConfig *tls.Config
+	// RequireTLS refuses clients that do not use TLS (pg_hba.conf's
+	// hostssl for the proxy): their startup packet gets FATAL 28000.
+	// Cancel requests are accepted either way. Needs TLSConfig.
+	RequireTLS bool
 	// Rewriter analyses SQL. If nil, the proxy is a pure relay.
 	Rewriter Rewriter
 	// Snowflakes serves extension statements and the fast path. If nil,
@@ -122,6 +126,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Upstream.Address == "" {
 		return nil, errors.New("wire: upstream address required")
+	}
+	if cfg.RequireTLS && cfg.TLSConfig == nil {
+		return nil, errors.New("wire: RequireTLS needs a TLSConfig")
 	}
 	if cfg.Node < 0 || cfg.Node > 1023 {
 		return nil, fmt.Errorf("wire: node %d out of range 0..1023", cfg.Node)

@@ -50,6 +50,12 @@ func (ss *session) startup() error {
 		case code == cancelCode:
 			return ss.forwardCancel(pkt)
 		case code>>16 == 3:
+			if ss.cfg.RequireTLS && !tlsDone {
+				err := &Error{Kind: KindTLS, Code: codeInvalidAuthorization,
+					Message: "snowflake-proxy: TLS required: connect with sslmode=require or stronger"}
+				ss.fatalRaw(err)
+				return err
+			}
 			return ss.connect(pkt)
 		default:
 			err := &Error{Kind: KindUnsupported, Code: codeFeatureNotSupported,

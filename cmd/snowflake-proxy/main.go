@@ -21,8 +21,9 @@ var version = "0.1.0-dev"
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Signals: make(chan os.Signal, 2)}
+	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Signals: make(chan os.Signal, 2), Reload: make(chan os.Signal, 1)}
 	signal.Notify(m.Signals, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(m.Reload, syscall.SIGHUP)
 	os.Exit(m.Run(ctx, os.Args[1:]))
 }
 
@@ -33,6 +34,9 @@ type Main struct {
 	// Signals delivers SIGINT/SIGTERM: the first drains sessions for the
 	// grace period, a second one aborts.
 	Signals chan os.Signal
+	// Reload delivers SIGHUP: what can change live is read again; it
+	// never stops the proxy (a closed terminal sends it too). nil: none.
+	Reload chan os.Signal
 }
 
 // Run executes the command line and returns the exit code.

@@ -21,6 +21,8 @@ type options struct {
 	passwordFile              string
 	node                      int
 	tlsCert, tlsKey, logLevel string
+	tlsClientCA               string
+	tlsRequire                bool
 	grace                     time.Duration
 	procs                     int
 	eventLoops                int
@@ -39,6 +41,8 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.node, "node", 0, "this instance's snowflake.node, 1..1023")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate (PEM) for clients")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key (PEM) for clients")
+	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "CA certificates (PEM): clients on TLS must present a certificate they signed")
+	fs.BoolVar(&o.tlsRequire, "tls-require", false, "refuse clients that do not use TLS (needs --tls-cert and --tls-key)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long sessions may finish before they are closed")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: the CPUs the process may use, plus one per event loop; see setProcs)")
@@ -125,7 +129,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		}
 		defer stop()
 	}
-	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, PasswordFile: o.passwordFile, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey, Logger: logger, EventLoops: loops,
+	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, PasswordFile: o.passwordFile, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
+		TLSClientCA: o.tlsClientCA, RequireTLS: o.tlsRequire, Logger: logger, EventLoops: loops,
 		QueryInserts: !o.preparedInserts}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {
@@ -139,10 +144,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintf(m.Stdout, "snowflake-proxy listening on %s (%s); connect with: psql -h %s -p %s -U postgres postgres\n", a.Addr(), where, host, port)
 
-	select {
-	case <-m.Signals:
-	case <-ctx.Done():
-	}
+	m.serveUntilSignal(ctx, a, logger)
 	logger.Info("shutting down", "grace", o.grace.String())
 	drain, cancel := context.WithTimeout(context.Background(), o.grace)
 	defer cancel()
@@ -159,4 +161,21 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// serveUntilSignal returns on SIGINT/SIGTERM or when ctx ends; SIGHUP in
+// between reloads what can change live.
+func (m *Main) serveUntilSignal(ctx context.Context, a *app.App, logger *slog.Logger) {
+	for {
+		select {
+		case <-m.Signals:
+			return
+		case <-ctx.Done():
+			return
+		case <-m.Reload:
+			if err := a.Reload(); err != nil {
+				logger.Error("reload failed; the previous configuration stays in force", "err", err)
+			}
+		}
+	}
 }

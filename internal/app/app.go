@@ -45,6 +45,11 @@ type Config struct {
 	Node int
 	// TLSCert and TLSKey enable TLS for clients (both or neither).
 	TLSCert, TLSKey string
+	// TLSClientCA, when set, makes clients on TLS present a certificate
+	// signed by one of its CAs.
+	TLSClientCA string
+	// RequireTLS refuses clients without TLS.
+	RequireTLS bool
 	// Logger: nil means slog.Default().
 	Logger *slog.Logger
 	// UpstreamCheckTimeout bounds the start-up check that the upstream is
@@ -60,16 +65,31 @@ type Config struct {
 
 // App is a running proxy.
 type App struct {
-	cfg      Config
-	log      *slog.Logger
-	ln       net.Listener
-	server   *wire.Server
-	services *compat.Service
-	embedded *pgserver.Server
-	closeMu  sync.Mutex
-	closed   bool
-	serveErr chan error
-	upstream string // connection string, password masked
+	cfg       Config
+	log       *slog.Logger
+	ln        net.Listener
+	server    *wire.Server
+	services  *compat.Service
+	embedded  *pgserver.Server
+	closeMu   sync.Mutex
+	closed    bool
+	serveErr  chan error
+	upstream  string     // connection string, password masked
+	clientTLS *clientTLS // nil without TLS for clients
+}
+
+// Reload applies what can change while the proxy runs: the client TLS
+// certificate, key and CA files are read again (for connections made
+// from now on). On error the previous configuration stays in force.
+func (a *App) Reload() error {
+	if a.clientTLS == nil {
+		return nil
+	}
+	if err := a.clientTLS.reload(); err != nil {
+		return err
+	}
+	a.log.Info("reloaded the client TLS certificate", "cert", a.cfg.TLSCert)
+	return nil
 }
 
 // DefaultDataDir is where the embedded server keeps its data between runs: a
@@ -99,18 +119,17 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.Node < 0 || cfg.Node > 1023 {
 		return nil, fmt.Errorf("invalid node %d: snowflake.node must be 1..1023", cfg.Node)
 	}
-	var tlsConfig *tls.Config
-	if cfg.TLSCert != "" || cfg.TLSKey != "" {
-		if cfg.TLSCert == "" || cfg.TLSKey == "" {
-			return nil, errors.New("--tls-cert and --tls-key must be given together")
-		}
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("cannot load TLS certificate: %w", err)
-		}
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	ctls, err := newClientTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA)
+	if err != nil {
+		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger.With("component", "app"), serveErr: make(chan error, 1)}
+	var tlsConfig *tls.Config
+	if ctls != nil {
+		tlsConfig = ctls.config()
+	} else if cfg.RequireTLS {
+		return nil, errors.New("--tls-require needs --tls-cert and --tls-key")
+	}
+	a := &App{cfg: cfg, log: cfg.Logger.With("component", "app"), serveErr: make(chan error, 1), clientTLS: ctls}
 
 	var up upstream
 	if cfg.Upstream == "" {
@@ -144,6 +163,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	server, err := wire.New(wire.Config{
 		Upstream:     up.wire,
 		TLSConfig:    tlsConfig,
+		RequireTLS:   cfg.RequireTLS,
 		Rewriter:     rewrite.New(rewrite.Config{}),
 		Snowflakes:   services,
 		Node:         cfg.Node,
