@@ -67,6 +67,12 @@ func TestBadFlagsAndValues(t *testing.T) {
 		{"event loops from env", map[string]string{"SNOWFLAKE_PROXY_EVENT_LOOPS": "5000"}, nil, "invalid --event-loops 5000"},
 		{"prepared inserts not a bool", map[string]string{"SNOWFLAKE_PROXY_PREPARED_INSERTS": "sometimes"}, nil, "SNOWFLAKE_PROXY_PREPARED_INSERTS"},
 		{"stray argument", nil, []string{"serve"}, "unexpected argument"},
+		{"dial timeout 0", nil, []string{"--dial-timeout", "0s"}, "invalid --dial-timeout 0s"},
+		{"negative grace", nil, []string{"--grace", "-1s"}, "invalid --grace -1s"},
+		{"tls-require without cert", nil, []string{"--tls-require", "--upstream", srv.URL("postgres"), "--listen", "127.0.0.1:0"}, "--tls-require needs --tls-cert"},
+		{"client CA without cert", nil, []string{"--tls-client-ca", "/x.pem", "--upstream", srv.URL("postgres"), "--listen", "127.0.0.1:0"}, "--tls-client-ca needs --tls-cert"},
+		{"verify-full without root certificate", map[string]string{"HOME": "/nonexistent"}, []string{"--upstream", "postgres://u:hidden-pw@db.example/db?sslmode=verify-full"}, "needs the server's root certificate"},
+		{"missing password file", nil, []string{"--upstream", "postgres://u@127.0.0.1:1/db?sslmode=disable", "--password-file", "/nonexistent/pw"}, "password file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, errOut := run(t, c.env, c.args...)

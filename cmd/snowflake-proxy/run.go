@@ -24,6 +24,9 @@ type options struct {
 	tlsClientCA               string
 	tlsRequire                bool
 	grace                     time.Duration
+	dialTimeout               time.Duration
+	handshakeTimeout          time.Duration
+	checkTimeout              time.Duration
 	procs                     int
 	eventLoops                int
 	preparedInserts           bool
@@ -45,6 +48,9 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.tlsRequire, "tls-require", false, "refuse clients that do not use TLS (needs --tls-cert and --tls-key)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long sessions may finish before they are closed")
+	fs.DurationVar(&o.dialTimeout, "dial-timeout", 10*time.Second, "bound on connecting a session to the upstream, TLS included")
+	fs.DurationVar(&o.handshakeTimeout, "handshake-timeout", 30*time.Second, "bound on a client's startup, TLS handshake and authentication")
+	fs.DurationVar(&o.checkTimeout, "upstream-check-timeout", 10*time.Second, "bound on the start-up check that the upstream answers")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: the CPUs the process may use, plus one per event loop; see setProcs)")
 	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions with epoll (0: one per CPU the process may use, or per P with --procs or $GOMAXPROCS; -1: none, every session on its own goroutines)")
 	fs.BoolVar(&o.preparedInserts, "prepared-inserts", true, "run a repeated simple-protocol INSERT with snowflake defaults as a prepared statement the proxy makes in the session, planned once (false: send each as a Query)")
@@ -78,6 +84,17 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	fs.Visit(func(f *flag.Flag) { nodeGiven = nodeGiven || f.Name == "node" })
 	if nodeGiven && (o.node < 1 || o.node > 1023) {
 		return nil, fmt.Errorf("invalid --node %d: must be 1..1023", o.node)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"dial-timeout", o.dialTimeout}, {"handshake-timeout", o.handshakeTimeout}, {"upstream-check-timeout", o.checkTimeout}} {
+		if d.v <= 0 {
+			return nil, fmt.Errorf("invalid --%s %s: must be positive", d.name, d.v)
+		}
+	}
+	if o.grace < 0 {
+		return nil, fmt.Errorf("invalid --grace %s: must be 0 or more", o.grace)
 	}
 	if o.procs < 0 {
 		return nil, fmt.Errorf("invalid --procs %d: must be 0 (automatic) or more", o.procs)
@@ -130,7 +147,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		defer stop()
 	}
 	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, PasswordFile: o.passwordFile, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
-		TLSClientCA: o.tlsClientCA, RequireTLS: o.tlsRequire, Logger: logger, EventLoops: loops,
+		TLSClientCA: o.tlsClientCA, RequireTLS: o.tlsRequire,
+		DialTimeout: o.dialTimeout, HandshakeTimeout: o.handshakeTimeout, UpstreamCheckTimeout: o.checkTimeout, Logger: logger, EventLoops: loops,
 		QueryInserts: !o.preparedInserts}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {

@@ -52,6 +52,12 @@ type Config struct {
 	RequireTLS bool
 	// Logger: nil means slog.Default().
 	Logger *slog.Logger
+	// DialTimeout bounds a session's connection to the upstream (TCP and
+	// TLS). 0: wire's default, 10s.
+	DialTimeout time.Duration
+	// HandshakeTimeout bounds a client's startup, TLS and
+	// authentication. 0: wire's default, 30s.
+	HandshakeTimeout time.Duration
 	// UpstreamCheckTimeout bounds the start-up check that the upstream is
 	// reachable. 0: 10s.
 	UpstreamCheckTimeout time.Duration
@@ -161,15 +167,17 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.services = services
 	server, err := wire.New(wire.Config{
-		Upstream:     up.wire,
-		TLSConfig:    tlsConfig,
-		RequireTLS:   cfg.RequireTLS,
-		Rewriter:     rewrite.New(rewrite.Config{}),
-		Snowflakes:   services,
-		Node:         cfg.Node,
-		Logger:       cfg.Logger,
-		EventLoops:   cfg.EventLoops,
-		QueryInserts: cfg.QueryInserts,
+		Upstream:         up.wire,
+		TLSConfig:        tlsConfig,
+		RequireTLS:       cfg.RequireTLS,
+		DialTimeout:      cfg.DialTimeout,
+		HandshakeTimeout: cfg.HandshakeTimeout,
+		Rewriter:         rewrite.New(rewrite.Config{}),
+		Snowflakes:       services,
+		Node:             cfg.Node,
+		Logger:           cfg.Logger,
+		EventLoops:       cfg.EventLoops,
+		QueryInserts:     cfg.QueryInserts,
 	})
 	if err != nil {
 		a.closeServices()
