@@ -31,10 +31,29 @@ type options struct {
 	eventLoops                int
 	preparedInserts           bool
 	pprof                     string
+	config                    string
+	// values holds every flag's value as text, for SIGHUP to see what
+	// the config file changed.
+	values map[string]string
 }
 
 func (m *Main) parseFlags(args []string) (*options, error) {
 	o := &options{}
+	fs := m.flagSet(o)
+	// The file first, then the environment, so that flags given on the
+	// command line win.
+	fromFile := map[string]bool{}
+	if path := configPath(args, m.Getenv); path != "" {
+		var err error
+		if fromFile, err = applyConfigFile(fs, path); err != nil {
+			return nil, err
+		}
+	}
+	return m.finishFlags(fs, o, args, fromFile)
+}
+
+// flagSet defines the flags, bound to o.
+func (m *Main) flagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("snowflake-proxy", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:6432", "address for clients")
@@ -55,11 +74,17 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions with epoll (0: one per CPU the process may use, or per P with --procs or $GOMAXPROCS; -1: none, every session on its own goroutines)")
 	fs.BoolVar(&o.preparedInserts, "prepared-inserts", true, "run a repeated simple-protocol INSERT with snowflake defaults as a prepared statement the proxy makes in the session, planned once (false: send each as a Query)")
 	fs.StringVar(&o.pprof, "pprof", "", "address to serve net/http/pprof on, e.g. 127.0.0.1:6060 (empty: off)")
+	fs.StringVar(&o.config, configFlag, "", "TOML file of settings, keys named as these flags (the command line and SNOWFLAKE_PROXY_* win over it); SIGHUP reads it again")
 	fs.Usage = func() {
 		fmt.Fprintln(m.Stderr, "usage: snowflake-proxy [flags]\n       snowflake-proxy decode ID...\n       snowflake-proxy version\n\nflags (each also settable as SNOWFLAKE_PROXY_<NAME>):")
 		fs.PrintDefaults()
 	}
-	// Environment first, so that flags given on the command line win.
+	return fs
+}
+
+// finishFlags applies the environment and the command line over what fs
+// holds (defaults and the config file), and checks the values.
+func (m *Main) finishFlags(fs *flag.FlagSet, o *options, args []string, fromFile map[string]bool) (*options, error) {
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "SNOWFLAKE_PROXY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -80,7 +105,7 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	}
 	// 0 means "no node" only when the flag is absent: given explicitly
 	// (flag or environment) it must name a real node.
-	nodeGiven := m.Getenv("SNOWFLAKE_PROXY_NODE") != ""
+	nodeGiven := m.Getenv("SNOWFLAKE_PROXY_NODE") != "" || fromFile["node"]
 	fs.Visit(func(f *flag.Flag) { nodeGiven = nodeGiven || f.Name == "node" })
 	if nodeGiven && (o.node < 1 || o.node > 1023) {
 		return nil, fmt.Errorf("invalid --node %d: must be 1..1023", o.node)
@@ -110,6 +135,8 @@ func (m *Main) parseFlags(args []string) (*options, error) {
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return nil, fmt.Errorf("invalid --listen %q: %w", o.listen, err)
 	}
+	o.values = map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { o.values[f.Name] = f.Value.String() })
 	return o, nil
 }
 
@@ -135,7 +162,9 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: level}))
+	levelVar := new(slog.LevelVar)
+	levelVar.Set(level)
+	logger := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: levelVar}))
 	procs, loops := setProcs(o.procs, o.eventLoops)
 	logger.Debug("runtime", "gomaxprocs", procs, "event_loops", loops)
 	if o.pprof != "" {
@@ -162,7 +191,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintf(m.Stdout, "snowflake-proxy listening on %s (%s); connect with: psql -h %s -p %s -U postgres postgres\n", a.Addr(), where, host, port)
 
-	m.serveUntilSignal(ctx, a, logger)
+	m.serveUntilSignal(ctx, &reloader{m: m, args: args, current: o, app: a, level: levelVar, log: logger})
 	logger.Info("shutting down", "grace", o.grace.String())
 	drain, cancel := context.WithTimeout(context.Background(), o.grace)
 	defer cancel()
@@ -183,7 +212,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 
 // serveUntilSignal returns on SIGINT/SIGTERM or when ctx ends; SIGHUP in
 // between reloads what can change live.
-func (m *Main) serveUntilSignal(ctx context.Context, a *app.App, logger *slog.Logger) {
+func (m *Main) serveUntilSignal(ctx context.Context, r *reloader) {
 	for {
 		select {
 		case <-m.Signals:
@@ -191,9 +220,7 @@ func (m *Main) serveUntilSignal(ctx context.Context, a *app.App, logger *slog.Lo
 		case <-ctx.Done():
 			return
 		case <-m.Reload:
-			if err := a.Reload(); err != nil {
-				logger.Error("reload failed; the previous configuration stays in force", "err", err)
-			}
+			r.reload()
 		}
 	}
 }

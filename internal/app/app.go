@@ -84,17 +84,25 @@ type App struct {
 	clientTLS *clientTLS // nil without TLS for clients
 }
 
-// Reload applies what can change while the proxy runs: the client TLS
-// certificate, key and CA files are read again (for connections made
-// from now on). On error the previous configuration stays in force.
-func (a *App) Reload() error {
+// ReloadTLS applies what can change in the client TLS settings while the
+// proxy runs: the certificate, key and CA files (paths may change) are
+// read again, for connections made from now on. Turning TLS for clients
+// on or off needs a restart. On error the previous configuration stays
+// in force.
+func (a *App) ReloadTLS(certFile, keyFile, clientCAFile string) error {
 	if a.clientTLS == nil {
+		if certFile != "" || keyFile != "" || clientCAFile != "" {
+			return errors.New("TLS for clients was off at start: turning it on needs a restart")
+		}
 		return nil
 	}
-	if err := a.clientTLS.reload(); err != nil {
+	if certFile == "" || keyFile == "" {
+		return errors.New("TLS for clients was on at start: turning it off needs a restart")
+	}
+	if err := a.clientTLS.reload(certFile, keyFile, clientCAFile); err != nil {
 		return err
 	}
-	a.log.Info("reloaded the client TLS certificate", "cert", a.cfg.TLSCert)
+	a.log.Info("reloaded the client TLS certificate", "cert", certFile)
 	return nil
 }
 

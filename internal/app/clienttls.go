@@ -14,8 +14,7 @@ import (
 // certificate (or CA) applies to new connections without a restart, and
 // sessions already running keep theirs.
 type clientTLS struct {
-	certFile, keyFile, caFile string
-	current                   atomic.Pointer[tls.Config]
+	current atomic.Pointer[tls.Config]
 }
 
 // newClientTLS loads the files once; nil when no certificate is set.
@@ -29,28 +28,28 @@ func newClientTLS(certFile, keyFile, caFile string) (*clientTLS, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("--tls-cert and --tls-key must be given together")
 	}
-	c := &clientTLS{certFile: certFile, keyFile: keyFile, caFile: caFile}
-	if err := c.reload(); err != nil {
+	c := &clientTLS{}
+	if err := c.reload(certFile, keyFile, caFile); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// reload reads the files again; on error the previous configuration stays.
-func (c *clientTLS) reload() error {
-	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+// reload reads the files; on error the previous configuration stays.
+func (c *clientTLS) reload(certFile, keyFile, caFile string) error {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return fmt.Errorf("cannot load TLS certificate: %w", err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if c.caFile != "" {
-		pem, err := os.ReadFile(c.caFile)
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
 		if err != nil {
 			return fmt.Errorf("cannot read --tls-client-ca: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--tls-client-ca %s holds no PEM certificate", c.caFile)
+			return fmt.Errorf("--tls-client-ca %s holds no PEM certificate", caFile)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
