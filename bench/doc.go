@@ -11,7 +11,11 @@
 //     proxy from the tree and runs it as a separate process with a
 //     Unix-socket upstream (proxy.go), and runs PgBouncer in session mode on
 //     the same socket (pgbouncer.go; installed with apt-get when missing,
-//     skipped with a notice when it cannot be had).
+//     skipped with a notice when it cannot be had). With -upstream-tls
+//     both reach the server over TCP with TLS instead, on a certificate
+//     made for the run, and are checked to be encrypted before anything
+//     is measured; -upstream-tcp is the same TCP path in plaintext
+//     (upstream.go).
 //  2. Sets up the database through the proxy: CREATE EXTENSION snowflake,
 //     t_sf, t_serial, sequence s, pgbench -i -s 1 (setup.go).
 //  3. Runs pgbench for every workload x protocol mode x client count, the

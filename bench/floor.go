@@ -55,8 +55,12 @@ func startFloor(ctx context.Context, bin, dir, sockDir string, pgPort int) (*pro
 func (h *harness) startFloorRelay(ctx context.Context) {
 	h.floor.name = "floor relay"
 	skip := ""
-	if h.cfg.skipFloor {
+	switch {
+	case h.cfg.skipFloor:
 		skip = "floor relay skipped (-skip-floor)"
+	case h.cfg.upstream != upSocket:
+		skip = "floor relay not run (" + h.cfg.upstream.flag() + "): it relays to the server's Unix socket only, in plaintext, so it is no floor for relays on TCP"
+		fmt.Println("bench: " + skip)
 	}
 	started := h.floor.start(skip, func() (*proc, int, error) {
 		bin, err := buildFloor(ctx, h.root, h.dir)

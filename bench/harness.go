@@ -31,6 +31,9 @@ type harness struct {
 	pgb   sideRelay // PgBouncer
 	floor sideRelay // the floor relay (floor.go)
 	notes []string
+	// tlsSeen is what the upstream TLS check saw (upstream.go), for the
+	// report.
+	tlsSeen []string
 }
 
 // run starts the stack, sets up, measures and reports.
@@ -55,8 +58,11 @@ func (h *harness) run(ctx context.Context) error {
 		buildDone <- built{bin, err}
 	}()
 
+	if k := h.cfg.upstream; k != upSocket {
+		fmt.Printf("bench: %s: the proxy and PgBouncer reach the server over %s\n", k.flag(), k.describe())
+	}
 	fmt.Println("bench: starting PostgreSQL")
-	if h.srv, err = startPostgres(ctx, h.dir); err != nil {
+	if h.srv, err = startPostgres(ctx, h.dir, h.cfg.upstream); err != nil {
 		<-buildDone
 		return fmt.Errorf("start PostgreSQL: %w", err)
 	}
@@ -68,7 +74,7 @@ func (h *harness) run(ctx context.Context) error {
 		<-buildDone
 		return err
 	}
-	upstream := fmt.Sprintf("%s:%d", h.srv.SocketDir(), h.srv.Port())
+	upstream := proxyUpstream(h.cfg.upstream, h.srv.SocketDir(), h.srv.Port())
 
 	h.startPgBouncer(ctx)
 	h.startFloorRelay(ctx)
@@ -76,6 +82,12 @@ func (h *harness) run(ctx context.Context) error {
 	fmt.Println("bench: building the proxy (go build ./cmd/snowflake-proxy)")
 	b := <-buildDone
 	h.proxy = &proxyTarget{bin: b.bin, upstream: upstream, dir: h.dir, extra: h.cfg.proxyArgs, err: b.err}
+	if h.cfg.upstream == upTLS {
+		h.proxy.verify = func(ctx context.Context, port int) error {
+			_, err := checkProxyTLS(ctx, port, h.srv.Port())
+			return err
+		}
+	}
 	if b.err == nil {
 		if err := h.proxy.start(ctx); err != nil {
 			h.proxy.err = fmt.Errorf("proxy start: %w", err)
@@ -99,6 +111,8 @@ func (h *harness) run(ctx context.Context) error {
 		fmt.Println("bench: " + n)
 		h.notes = append(h.notes, n)
 	}
+	// After setup, so that the proxy's control connections are open.
+	h.verifyUpstreamTLS(ctx)
 
 	runErr := h.measure(ctx, wls)
 	h.writeReport(wls, runErr)
@@ -118,10 +132,10 @@ func (h *harness) startPgBouncer(ctx context.Context) {
 		if bin, err = findPgBouncer(ctx); err != nil {
 			return nil, 0, err
 		}
-		return startPgBouncer(ctx, bin, h.dir, h.srv.SocketDir(), h.srv.Port())
+		return startPgBouncer(ctx, bin, h.dir, h.cfg.upstream, h.srv.SocketDir(), h.srv.Port())
 	})
 	if started {
-		h.mach.PgBouncer = pgbouncerVersion(bin) + ", pool_mode=session, default_pool_size=20, auth_type=trust, upstream Unix socket"
+		h.mach.PgBouncer = pgbouncerVersion(bin) + ", pool_mode=session, default_pool_size=20, auth_type=trust, upstream " + h.cfg.upstream.describe()
 	}
 }
 
@@ -246,13 +260,30 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 	}
 	rep := newReport(h.res, wls, h.pgb.up(), h.floor.up())
 	var md mdBuffer
-	md.printf("# snowflake-proxy benchmark\n\n")
+	k := h.cfg.upstream
+	switch k {
+	case upTLS:
+		md.printf("# snowflake-proxy benchmark: upstream TLS\n\n")
+		md.printf("**The proxy and PgBouncer reach the server over %s. The direct targets are plaintext, as in every run; the floor relay is not run.**\n\n", k.describe())
+	case upTCP:
+		md.printf("# snowflake-proxy benchmark: upstream TCP\n\n")
+		md.printf("**The proxy and PgBouncer reach the server over %s. The direct targets are as in every run; the floor relay is not run.**\n\n", k.describe())
+	default:
+		md.printf("# snowflake-proxy benchmark\n\n")
+	}
 	if runErr != nil {
 		md.printf("**Incomplete run: %v.**\n\n", runErr)
 	}
 	h.mach.write(&md)
-	md.printf("- pgbench: -n, -T %d, -j min(clients,2), %d round(s) per target interleaved, medians; clients connect over TCP 127.0.0.1; proxy (--node 1), PgBouncer and the floor relay reach the server over its Unix socket\n",
-		int(h.cfg.duration/time.Second), h.cfg.rounds)
+	relays := "proxy (--node 1), PgBouncer and the floor relay"
+	if k != upSocket {
+		relays = "proxy (--node 1) and PgBouncer"
+	}
+	md.printf("- pgbench: -n, -T %d, -j min(clients,2), %d round(s) per target interleaved, medians; clients connect over TCP 127.0.0.1 without TLS; %s reach the server over %s\n",
+		int(h.cfg.duration/time.Second), h.cfg.rounds, relays, k.describe())
+	for _, seen := range h.tlsSeen {
+		md.printf("- upstream TLS checked before measuring (pg_stat_ssl): %s\n", seen)
+	}
 	md.printf("- command: go run ./bench %s\n\n", h.cfg.argsString())
 	rep.writeMarkdown(&md)
 	var cpu mdBuffer
@@ -289,7 +320,7 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 		fmt.Fprintln(os.Stderr, "bench: results:", err)
 		return
 	}
-	base := filepath.Join(h.cfg.outDir, "bench-"+time.Now().Format("20060102-150405"))
+	base := filepath.Join(h.cfg.outDir, "bench-"+time.Now().Format("20060102-150405")+k.suffix())
 	err := errors.Join(
 		os.WriteFile(base+".md", []byte(md.String()), 0o644),
 		writeFileWith(base+".csv", rep.writeCSV),

@@ -26,6 +26,7 @@ type config struct {
 	keep          bool
 	outDir        string
 	proxyArgs     []string // extra proxy flags (A/B runs of tuning flags)
+	upstream      upstreamKind
 	args          []string // as given, for the report
 }
 
@@ -49,10 +50,20 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (server data, logs, configs, scripts)")
 	fs.StringVar(&c.outDir, "out", "", "directory for the Markdown and CSV results (default: bench/results in the module)")
 	proxyArgs := fs.String("proxy-args", "", "extra snowflake-proxy flags, space-separated (e.g. \"--procs 2\")")
+	useTLS := fs.Bool("upstream-tls", false, "proxy and PgBouncer reach the server over TCP 127.0.0.1 with TLS (sslmode=require); the floor relay is not run")
+	useTCP := fs.Bool("upstream-tcp", false, "proxy and PgBouncer reach the server over TCP 127.0.0.1 in plaintext (the -upstream-tls run without TLS); the floor relay is not run")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	c.proxyArgs = strings.Fields(*proxyArgs)
+	switch {
+	case *useTLS && *useTCP:
+		return nil, errors.New("-upstream-tls and -upstream-tcp: choose one")
+	case *useTLS:
+		c.upstream = upTLS
+	case *useTCP:
+		c.upstream = upTCP
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}

@@ -14,8 +14,9 @@ import (
 const aptTimeout = 5 * time.Minute
 
 // pgbouncerConfig is the ini the harness writes: session pooling, trust
-// auth, a pool large enough that 8 clients never wait, the server's Unix
-// socket as upstream (as for the proxy).
+// auth, a pool large enough that 8 clients never wait, the server reached
+// as the proxy reaches it (pgbouncerUpstream: its Unix socket, or TCP with
+// or without TLS).
 const pgbouncerConfig = `[databases]
 %[1]s = host=%[2]s port=%[3]d dbname=%[1]s
 
@@ -31,7 +32,16 @@ default_pool_size = 20
 log_connections = 0
 log_disconnections = 0
 log_pooler_errors = 1
+server_tls_sslmode = %[6]s
 `
+
+// pgbouncerINI is the configuration of a PgBouncer listening on port with
+// its files in pbDir, in front of the server on sockDir and pgPort as k
+// says.
+func pgbouncerINI(k upstreamKind, sockDir string, pgPort, port int, pbDir string) string {
+	host, sslmode := pgbouncerUpstream(k, sockDir)
+	return fmt.Sprintf(pgbouncerConfig, benchDB, host, pgPort, port, pbDir, sslmode)
+}
 
 // findPgBouncer returns the pgbouncer binary, installing the Debian package
 // when it is missing and we are root.
@@ -65,7 +75,7 @@ func findPgBouncer(ctx context.Context) (string, error) {
 
 // startPgBouncer writes its configuration under dir/pgbouncer and runs it
 // (as the postgres user when root: PgBouncer refuses to run as root).
-func startPgBouncer(ctx context.Context, bin, dir, sockDir string, pgPort int) (*proc, int, error) {
+func startPgBouncer(ctx context.Context, bin, dir string, k upstreamKind, sockDir string, pgPort int) (*proc, int, error) {
 	cred, uid, gid, err := unprivileged()
 	if err != nil {
 		return nil, 0, err
@@ -79,7 +89,7 @@ func startPgBouncer(ctx context.Context, bin, dir, sockDir string, pgPort int) (
 		return nil, 0, err
 	}
 	files := map[string]string{
-		"pgbouncer.ini": fmt.Sprintf(pgbouncerConfig, benchDB, sockDir, pgPort, port, pbDir),
+		"pgbouncer.ini": pgbouncerINI(k, sockDir, pgPort, port, pbDir),
 		"userlist.txt":  `"postgres" ""` + "\n",
 	}
 	for name, content := range files {

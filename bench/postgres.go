@@ -35,15 +35,34 @@ var serverSettings = map[string]string{
 // reportedSettings are read back from the running server for the report.
 var reportedSettings = []string{
 	"shared_buffers", "max_connections", "synchronous_commit", "fsync",
-	"autovacuum", "checkpoint_timeout", "max_wal_size", "jit", "track_functions",
+	"autovacuum", "checkpoint_timeout", "max_wal_size", "jit", "track_functions", "ssl",
 }
 
 // startPostgres starts the private server with its data under dir/pg (kept
-// with -keep), then creates the bench database.
-func startPostgres(ctx context.Context, dir string) (*pgserver.Server, error) {
+// with -keep), then creates the bench database. For upTLS it serves TLS
+// with a certificate made for the run (dir/pg/tls); plaintext sessions
+// are still accepted, for the direct targets.
+func startPostgres(ctx context.Context, dir string, k upstreamKind) (*pgserver.Server, error) {
+	settings := map[string]string{}
+	for name, v := range serverSettings {
+		settings[name] = v
+	}
+	if k == upTLS {
+		_, uid, gid, err := unprivileged()
+		if err != nil {
+			return nil, err
+		}
+		certFile, keyFile, err := writeServerCert(filepath.Join(dir, "pg", "tls"), uid, gid)
+		if err != nil {
+			return nil, err
+		}
+		for name, v := range tlsSettings(certFile, keyFile) {
+			settings[name] = v
+		}
+	}
 	srv, err := pgserver.Start(ctx, pgserver.Options{
 		DataDir:  filepath.Join(dir, "pg", "data"),
-		Settings: serverSettings,
+		Settings: settings,
 	})
 	if err != nil {
 		return nil, err

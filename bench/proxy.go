@@ -23,13 +23,16 @@ const (
 // proxyTarget is the snowflake-proxy process under test.
 type proxyTarget struct {
 	bin      string
-	upstream string   // Unix-socket directory:port of the server
+	upstream string   // --upstream (proxyUpstream)
 	dir      string   // logs
 	extra    []string // extra flags (-proxy-args)
-	port     int
-	p        *proc
-	starts   int
-	err      error // why the proxy is unavailable, if it is
+	// verify, when set, checks a restarted proxy before it is measured
+	// again (the upstream TLS check of -upstream-tls).
+	verify func(ctx context.Context, port int) error
+	port   int
+	p      *proc
+	starts int
+	err    error // why the proxy is unavailable, if it is
 }
 
 // buildProxy builds ./cmd/snowflake-proxy from the module at root into dir.
@@ -60,8 +63,7 @@ func (t *proxyTarget) start(ctx context.Context) error {
 	t.port = port
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	logPath := filepath.Join(t.dir, fmt.Sprintf("proxy-%d.log", t.starts))
-	args := append([]string{"--listen", listen, "--upstream", t.upstream, "--node", "1", "--log-level", "warn"}, t.extra...)
-	p, err := startProc("snowflake-proxy", logPath, nil, t.bin, args...)
+	p, err := startProc("snowflake-proxy", logPath, nil, t.bin, proxyArgs(listen, t.upstream, t.extra)...)
 	if err != nil {
 		return err
 	}
@@ -71,6 +73,12 @@ func (t *proxyTarget) start(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// proxyArgs is the proxy's command line: extra (-proxy-args) last, so it
+// may override the harness's own flags.
+func proxyArgs(listen, upstream string, extra []string) []string {
+	return append([]string{"--listen", listen, "--upstream", upstream, "--node", "1", "--log-level", "warn"}, extra...)
 }
 
 // ensure restarts the proxy when it has died since the last measurement and
@@ -87,6 +95,13 @@ func (t *proxyTarget) ensure(ctx context.Context) error {
 	if err := t.start(ctx); err != nil {
 		t.err = fmt.Errorf("proxy died (%v) and restart failed: %w", why, err)
 		return t.err
+	}
+	if t.verify != nil {
+		if err := t.verify(ctx, t.port); err != nil {
+			t.p.stop()
+			t.err = fmt.Errorf("restarted proxy not measured: %w", err)
+			return t.err
+		}
 	}
 	return nil
 }

@@ -41,3 +41,11 @@ func (r *sideRelay) target() (port, pid int, err error) {
 	}
 	return r.port, r.p.cmd.Process.Pid, nil
 }
+
+// fail stops a relay that must not be measured and records why.
+func (r *sideRelay) fail(note string) {
+	r.p.stop()
+	r.p = nil
+	r.note = note
+	fmt.Println("bench: " + note)
+}
