@@ -31,8 +31,15 @@ import (
 // GOMAXPROCS 4, 1,492 times and 0.37 µs.
 func setProcs(procs, loops int) (gomaxprocs, eventLoops int) {
 	explicit := procs > 0 || os.Getenv("GOMAXPROCS") != ""
-	if procs > 0 {
+	switch {
+	case procs > 0:
 		runtime.GOMAXPROCS(procs)
+	case !explicit:
+		// Start from the runtime's own choice, not from what an earlier
+		// call set: a second run in one process (the tests run Main many
+		// times) doubled GOMAXPROCS, and with it the event loops, each
+		// time.
+		runtime.SetDefaultGOMAXPROCS()
 	}
 	n := runtime.GOMAXPROCS(0)
 	if loops == 0 {
