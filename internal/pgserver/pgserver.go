@@ -1,11 +1,3 @@
-// Package pgserver starts and stops a private PostgreSQL server from the
-// binaries installed on the machine: initdb into a data directory it owns,
-// listen on loopback and a private Unix socket, stop cleanly on Stop.
-//
-// It serves the proxy's embedded default (no --upstream) and every test that
-// needs a real server. PostgreSQL refuses to run as root; when the caller is
-// root the server runs as an unprivileged user (Options.RunAs, default
-// "postgres") and the data directory is handed to that user.
 package pgserver
 
 import (
@@ -14,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -32,18 +25,25 @@ type Options struct {
 	// DataDir is the cluster directory; initialised when it holds no cluster,
 	// reused otherwise. Empty: a new temporary directory removed by Stop.
 	DataDir string
-	// Port to listen on at 127.0.0.1. 0: a free port.
+	// Port to listen on at 127.0.0.1. 0: a free port. With Private it only
+	// names the socket (.s.PGSQL.<Port>); 0: 5432.
 	Port int
 	// RunAs is the OS user the server runs as when the caller is root.
 	// Empty: "postgres".
 	RunAs string
 	// Superuser is the database superuser initdb creates. Empty: "postgres".
 	Superuser string
-	// Password for Superuser. Empty: none (trust authentication).
+	// Password for Superuser. Empty: none (trust authentication). Not
+	// allowed with Private, which makes its own.
 	Password string
 	// HBA, when not empty, replaces pg_hba.conf (lines). Default: trust for
-	// local and loopback connections.
+	// local and loopback connections. Not allowed with Private.
 	HBA []string
+	// Private makes the proxy's embedded server: no TCP, a socket directory
+	// only the server's OS user may enter, scram-sha-256 with a generated
+	// password kept in PasswordFile, the postmaster tied to the caller's
+	// life, a leftover postmaster of DataDir stopped (see the package doc).
+	Private bool
 	// Settings are extra postgresql.conf lines (name -> value, value written
 	// as is, so quote strings).
 	Settings map[string]string
@@ -58,10 +58,14 @@ type Server struct {
 	binDir    string
 	dataDir   string
 	sockDir   string
+	logFile   string
 	port      int
 	superuser string
 	password  string
-	tempRoot  string // removed on Stop when the data dir was temporary
+	private   bool
+	pwFile    string      // Private: the .pgpass file holding password
+	pm        *postmaster // Private: the postmaster, our child
+	tempRoot  string      // removed on Stop when the data dir was temporary
 	cred      *syscall.Credential
 	log       *slog.Logger
 	stopped   bool
@@ -113,6 +117,9 @@ func versionOf(binDir string) int {
 
 // Start initialises (when needed) and starts a server.
 func Start(ctx context.Context, o Options) (*Server, error) {
+	if o.Private && (o.Password != "" || len(o.HBA) > 0) {
+		return nil, errors.New("pgserver: a Private server makes its own password and pg_hba.conf: give no Password or HBA")
+	}
 	if o.BinDir == "" {
 		d, err := FindBinDir()
 		if err != nil {
@@ -135,7 +142,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
 
-	s := &Server{binDir: o.BinDir, superuser: o.Superuser, password: o.Password, log: o.Logger}
+	s := &Server{binDir: o.BinDir, superuser: o.Superuser, password: o.Password, private: o.Private, log: o.Logger}
 	var uid, gid int = -1, -1
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup(o.RunAs)
@@ -160,6 +167,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, fmt.Errorf("pgserver: data dir: %w", err)
 	}
 	s.dataDir = abs
+	s.logFile = filepath.Join(filepath.Dir(abs), "server.log")
+	s.pwFile = filepath.Join(filepath.Dir(abs), "pgpass")
 	// The socket lives next to the data directory; Unix socket paths are
 	// limited to about 100 bytes, so fall back to a short temp dir.
 	s.sockDir = filepath.Join(filepath.Dir(abs), "sock")
@@ -170,31 +179,45 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 		s.sockDir = d
 	}
-	for _, d := range []string{filepath.Dir(abs), s.sockDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("pgserver: %w", err)
-		}
-		if uid >= 0 {
-			if err := os.Chown(d, uid, gid); err != nil {
-				return nil, fmt.Errorf("pgserver: chown %s: %w", d, err)
-			}
-		}
+	if err := s.makeDirs(uid, gid); err != nil {
+		s.cleanup()
+		return nil, err
 	}
 	if s.tempRoot != "" && uid >= 0 {
 		_ = os.Chown(s.tempRoot, uid, gid)
 	}
 
+	if o.Private {
+		// A postmaster of this data directory that outlived its proxy
+		// (kill -9 of an older version, or one still shutting down) holds
+		// the data directory: stop it before anything touches the files.
+		if err := s.stopLeftover(ctx); err != nil {
+			s.cleanup()
+			return nil, err
+		}
+	}
+	fresh := false
 	if _, err := os.Stat(filepath.Join(abs, "PG_VERSION")); err != nil {
 		if err := s.initdb(ctx, o); err != nil {
 			s.cleanup()
 			return nil, err
 		}
+		fresh = true
 	}
 	if err := s.writeConf(o, uid, gid); err != nil {
 		s.cleanup()
 		return nil, err
 	}
+	if o.Private {
+		if err := s.ensurePassword(ctx, fresh); err != nil {
+			s.cleanup()
+			return nil, err
+		}
+	}
 	port := o.Port
+	if port == 0 && o.Private {
+		port = 5432
+	}
 	if port == 0 {
 		if port, err = freePort(); err != nil {
 			s.cleanup()
@@ -209,16 +232,48 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
+// makeDirs creates the data directory's parent and the socket directory and
+// gives them to the server's OS user. A Private server's socket directory
+// is its only door: mode 0700, so that only that user (and root) reach the
+// socket at all.
+func (s *Server) makeDirs(uid, gid int) error {
+	for _, d := range []string{filepath.Dir(s.dataDir), s.sockDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("pgserver: %w", err)
+		}
+		if uid >= 0 {
+			if err := os.Chown(d, uid, gid); err != nil {
+				return fmt.Errorf("pgserver: chown %s: %w", d, err)
+			}
+		}
+	}
+	if !s.private {
+		return nil
+	}
+	// Chmod and Chown follow symbolic links: the directory must be one.
+	if st, err := os.Lstat(s.sockDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("pgserver: socket directory %s is not a directory (a symbolic link?)", s.sockDir)
+	}
+	if err := os.Chmod(s.sockDir, 0o700); err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	return nil
+}
+
 // Command prepares a program of the server's BinDir (pg_ctl,
 // pg_basebackup...) to run as the server's OS user, in the C locale.
 func (s *Server) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, filepath.Join(s.binDir, name), args...)
+	s.prepare(cmd)
+	return cmd
+}
+
+func (s *Server) prepare(cmd *exec.Cmd) {
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
 	if s.cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 		cmd.Dir = "/"
 	}
-	return cmd
 }
 
 // Own gives path to the server's OS user, so that the server's programs
@@ -230,81 +285,15 @@ func (s *Server) Own(path string) error {
 	return os.Chown(path, int(s.cred.Uid), int(s.cred.Gid))
 }
 
-func (s *Server) initdb(ctx context.Context, o Options) error {
-	args := []string{"-D", s.dataDir, "-U", o.Superuser, "-E", "UTF8", "--locale=C", "--auth=trust", "--no-sync"}
-	if o.Password != "" {
-		pw := filepath.Join(filepath.Dir(s.dataDir), "pwfile")
-		if err := os.WriteFile(pw, []byte(o.Password+"\n"), 0o600); err != nil {
-			return fmt.Errorf("pgserver: %w", err)
-		}
-		defer os.Remove(pw)
-		_ = s.Own(pw)
-		args = append(args, "--pwfile="+pw)
-	}
-	s.log.Info("initdb", "dir", s.dataDir)
-	if out, err := s.Command(ctx, "initdb", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("pgserver: initdb: %w: %s", err, lastLines(out, 5))
-	}
-	return nil
-}
-
-// writeConf (re)writes the settings the proxy relies on into an included
-// file, so a reused data directory picks up the current options.
-func (s *Server) writeConf(o Options, uid, gid int) error {
-	conf := []string{
-		"listen_addresses = '127.0.0.1'",
-		"unix_socket_directories = '" + s.sockDir + "'",
-		"max_connections = 300",
-		"shared_buffers = 128MB",
-		"fsync = on",
-		"logging_collector = off",
-		"log_min_messages = warning",
-		"track_functions = 'pl'",
-	}
-	keys := make([]string, 0, len(o.Settings))
-	for k := range o.Settings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		conf = append(conf, k+" = "+o.Settings[k])
-	}
-	files := map[string]string{
-		"snowflake_proxy.conf": strings.Join(conf, "\n") + "\n",
-	}
-	main := filepath.Join(s.dataDir, "postgresql.conf")
-	b, err := os.ReadFile(main)
-	if err != nil {
-		return fmt.Errorf("pgserver: %w", err)
-	}
-	if !strings.Contains(string(b), "include_if_exists = 'snowflake_proxy.conf'") {
-		b = append(b, "\ninclude_if_exists = 'snowflake_proxy.conf'\n"...)
-		files["postgresql.conf"] = string(b)
-	}
-	hba := o.HBA
-	if len(hba) == 0 {
-		hba = []string{"local all all trust", "host all all 127.0.0.1/32 trust", "host all all ::1/128 trust"}
-	}
-	files["pg_hba.conf"] = strings.Join(hba, "\n") + "\n"
-	for name, content := range files {
-		p := filepath.Join(s.dataDir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			return fmt.Errorf("pgserver: %w", err)
-		}
-		if uid >= 0 {
-			_ = os.Chown(p, uid, gid)
-		}
-	}
-	return nil
-}
-
 func (s *Server) start(ctx context.Context) error {
-	logFile := filepath.Join(filepath.Dir(s.dataDir), "server.log")
-	args := []string{"-D", s.dataDir, "-l", logFile, "-w", "-t", "60", "-o", "-p " + strconv.Itoa(s.port), "start"}
+	if s.private {
+		return s.startPostmaster(ctx)
+	}
+	offset := logSize(s.logFile)
+	args := []string{"-D", s.dataDir, "-l", s.logFile, "-w", "-t", "60", "-o", "-p " + strconv.Itoa(s.port), "start"}
 	s.log.Info("starting postgres", "port", s.port, "dir", s.dataDir)
 	if out, err := s.Command(ctx, "pg_ctl", args...).CombinedOutput(); err != nil {
-		tail, _ := os.ReadFile(logFile)
-		return fmt.Errorf("pgserver: pg_ctl start: %w: %s %s", err, lastLines(out, 3), lastLines(tail, 8))
+		return s.startFailure("pg_ctl start: "+err.Error(), offset, out)
 	}
 	return nil
 }
@@ -321,9 +310,16 @@ func (s *Server) Stop(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
 	}
-	out, err := s.Command(ctx, "pg_ctl", "-D", s.dataDir, "-m", "fast", "-w", "stop").CombinedOutput()
+	err := s.stop(ctx)
 	s.cleanup()
-	if err != nil {
+	return err
+}
+
+func (s *Server) stop(ctx context.Context) error {
+	if s.private {
+		return s.stopPostmaster(ctx)
+	}
+	if out, err := s.Command(ctx, "pg_ctl", "-D", s.dataDir, "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
 		return fmt.Errorf("pgserver: pg_ctl stop: %w: %s", err, lastLines(out, 3))
 	}
 	return nil
@@ -331,8 +327,8 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // Restart stops and starts the server on the same port (fast mode).
 func (s *Server) Restart(ctx context.Context) error {
-	if out, err := s.Command(ctx, "pg_ctl", "-D", s.dataDir, "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
-		return fmt.Errorf("pgserver: pg_ctl stop: %w: %s", err, lastLines(out, 3))
+	if err := s.stop(ctx); err != nil {
+		return err
 	}
 	return s.start(ctx)
 }
@@ -346,11 +342,18 @@ func (s *Server) cleanup() {
 	}
 }
 
-// Port is the TCP port on 127.0.0.1.
+// Port is the TCP port on 127.0.0.1; for a Private server, the number in
+// the socket's name only.
 func (s *Server) Port() int { return s.port }
 
-// Addr is "127.0.0.1:port".
-func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+// Addr is "127.0.0.1:port"; empty for a Private server, which listens on
+// no TCP address.
+func (s *Server) Addr() string {
+	if s.private {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
 
 // SocketDir is the directory of the server's Unix socket.
 func (s *Server) SocketDir() string { return s.sockDir }
@@ -363,14 +366,40 @@ func (s *Server) SocketPath() string {
 // DataDir is the cluster directory.
 func (s *Server) DataDir() string { return s.dataDir }
 
+// LogFile is the server's log (beside the data directory).
+func (s *Server) LogFile() string { return s.logFile }
+
 // BinDir is the directory of the server binaries in use.
 func (s *Server) BinDir() string { return s.binDir }
 
 // Superuser is the database superuser name.
 func (s *Server) Superuser() string { return s.superuser }
 
-// URL is a TCP connection URL for the superuser and database db.
+// PasswordFile is the .pgpass file with the superuser's password of a
+// Private server (PGPASSFILE for psql); empty for other servers.
+func (s *Server) PasswordFile() string {
+	if !s.private {
+		return ""
+	}
+	return s.pwFile
+}
+
+// PID is the postmaster's process id of a Private server; 0 for others.
+func (s *Server) PID() int {
+	if s.pm == nil {
+		return 0
+	}
+	return s.pm.pid
+}
+
+// URL is a connection URL for the superuser and database db: TCP, or for a
+// Private server its Unix socket. It carries the password: never log it.
 func (s *Server) URL(db string) string {
+	if s.private {
+		q := url.Values{"host": {s.sockDir}, "port": {strconv.Itoa(s.port)}, "sslmode": {"disable"}}
+		u := url.URL{Scheme: "postgres", User: url.UserPassword(s.superuser, s.password), Path: "/" + db, RawQuery: q.Encode()}
+		return u.String()
+	}
 	auth := s.superuser
 	if s.password != "" {
 		auth += ":" + s.password

@@ -1,0 +1,36 @@
+// Package pgserver starts and stops a private PostgreSQL server from the
+// binaries installed on the machine: initdb into a data directory it owns,
+// start, stop cleanly on Stop.
+//
+// It serves the proxy's embedded default (no --upstream) and every test that
+// needs a real server. PostgreSQL refuses to run as root; when the caller is
+// root the server runs as an unprivileged user (Options.RunAs, default
+// "postgres") and the data directory is handed to that user.
+//
+// Two kinds of server:
+//
+//   - The default (tests, benchmarks): TCP on 127.0.0.1 and a Unix socket,
+//     trust authentication unless Options.Password or Options.HBA say
+//     otherwise, started and stopped with pg_ctl.
+//   - Options.Private (the proxy's embedded server): no TCP at all, a Unix
+//     socket in a directory only the server's OS user may enter, and
+//     scram-sha-256 for every connection with a generated password kept in
+//     a .pgpass file beside the data directory (PasswordFile). The
+//     postmaster is the caller's own child, in its own process group, and on
+//     Linux is told to shut down (fast) when the thread that started it
+//     dies, so it never outlives the proxy. A postmaster of the data
+//     directory left by an earlier run is stopped first, and a data
+//     directory of an older version (trust authentication) gets its
+//     password on the next start.
+//
+// Files:
+//
+//   - pgserver.go: Options, Server, Start, Stop, the accessors.
+//   - conf.go: initdb and the configuration written before every start.
+//   - private.go: the password file, the SCRAM secret, setting the password
+//     in single-user mode, stopping a leftover postmaster.
+//   - postmaster.go: starting the postmaster directly (Private), waiting
+//     until it is ready, stopping it; the one-line start failure.
+//   - proc_linux.go, proc_other.go: the parent-death signal and finding a
+//     live postmaster of a data directory.
+package pgserver
