@@ -1,7 +1,3 @@
-// Package app assembles a running snowflake-proxy: the upstream (given, or a
-// private embedded PostgreSQL), the rewriter, the snowflake services and the
-// wire server. cmd/snowflake-proxy and the end-to-end tests both start the
-// proxy through Start, so the tests exercise exactly what users run.
 package app
 
 import (
@@ -108,7 +104,9 @@ func (a *App) ReloadTLS(certFile, keyFile, clientCAFile string) error {
 
 // DefaultDataDir is where the embedded server keeps its data between runs: a
 // per-user cache directory; for root, /var/cache/snowflake-proxy (the server
-// runs as the postgres user, which cannot enter /root).
+// runs as the postgres user, which cannot enter /root). Its parent directory
+// also holds the server's socket directory (sock), its log (server.log) and
+// the superuser's password file (pgpass).
 func DefaultDataDir() string {
 	if os.Geteuid() == 0 {
 		return "/var/cache/snowflake-proxy/pgdata"
@@ -146,31 +144,53 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	a := &App{cfg: cfg, log: cfg.Logger.With("component", "app"), serveErr: make(chan error, 1), clientTLS: ctls}
 
 	var up upstream
-	if cfg.Upstream == "" {
-		dataDir := cfg.DataDir
-		if dataDir == "" {
-			dataDir = DefaultDataDir()
-		}
-		srv, err := pgserver.Start(ctx, pgserver.Options{DataDir: dataDir, Logger: cfg.Logger.With("component", "embedded")})
-		if err != nil {
-			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
-		}
-		a.embedded = srv
-		up, _ = parseUpstream(fmt.Sprintf("%s:%d", srv.SocketDir(), srv.Port()), "")
-	} else {
+	if cfg.Upstream != "" {
 		var err error
 		if up, err = parseUpstream(cfg.Upstream, cfg.PasswordFile); err != nil {
 			return nil, err
 		}
 	}
+	// The listener first: a taken address must fail before an embedded
+	// server is initialised or started for nothing.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
+	}
+	a.ln = ln
+	started := false
+	defer func() {
+		if !started {
+			_ = ln.Close()
+			a.closeServices()
+			_ = a.stopEmbedded()
+		}
+	}()
+
+	if cfg.Upstream == "" {
+		dataDir := cfg.DataDir
+		if dataDir == "" {
+			dataDir = DefaultDataDir()
+		}
+		srv, err := pgserver.Start(ctx, pgserver.Options{DataDir: dataDir, Private: true, Logger: cfg.Logger.With("component", "embedded")})
+		if err != nil {
+			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
+		}
+		a.embedded = srv
+		// The server's only door is its socket, and it wants the password
+		// (in srv.URL, which is never logged).
+		if up, err = parseUpstream(srv.URL("postgres"), ""); err != nil {
+			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
+		}
+	}
 	if err := checkUpstream(ctx, up, cfg.UpstreamCheckTimeout); err != nil {
-		a.stopEmbedded()
+		if a.embedded != nil {
+			return nil, fmt.Errorf("embedded PostgreSQL: %w (the proxy signs in with the password in %s)", err, a.embedded.PasswordFile())
+		}
 		return nil, err
 	}
 
 	services, err := compat.New(compat.Config{ControlURL: up.controlURL, Node: cfg.Node, Logger: cfg.Logger})
 	if err != nil {
-		a.stopEmbedded()
 		return nil, fmt.Errorf("snowflake services: %w", err)
 	}
 	a.services = services
@@ -188,19 +208,11 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		QueryInserts:     cfg.QueryInserts,
 	})
 	if err != nil {
-		a.closeServices()
-		a.stopEmbedded()
 		return nil, err
 	}
 	a.server = server
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		a.closeServices()
-		a.stopEmbedded()
-		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
-	}
-	a.ln = ln
 	a.upstream = up.display
+	started = true
 	go func() { a.serveErr <- server.Serve(ln) }()
 	return a, nil
 }
@@ -254,6 +266,15 @@ func (a *App) Addr() string { return a.ln.Addr().String() }
 
 // Embedded returns the embedded server, or nil when an upstream was given.
 func (a *App) Embedded() *pgserver.Server { return a.embedded }
+
+// PasswordFile is the .pgpass file with the embedded server's superuser
+// password (for PGPASSFILE); empty when an upstream was given.
+func (a *App) PasswordFile() string {
+	if a.embedded == nil {
+		return ""
+	}
+	return a.embedded.PasswordFile()
+}
 
 // Close stops accepting, lets sessions finish until ctx is done, then
 // closes them, the services and the embedded server.

@@ -1,0 +1,17 @@
+// Package app assembles a running snowflake-proxy: the upstream (given, or a
+// private embedded PostgreSQL), the rewriter, the snowflake services and the
+// wire server. cmd/snowflake-proxy and the end-to-end tests both start the
+// proxy through Start, so the tests exercise exactly what users run.
+//
+// Start takes the client address first, so that a taken address fails
+// before an embedded server is initialised or started. The embedded server
+// is a pgserver Private server: reachable only through its own Unix socket,
+// with the superuser's password, which the proxy's control connections
+// carry and PasswordFile names for psql.
+//
+// Files:
+//
+//   - app.go: Config, Start, Close, the accessors.
+//   - upstream.go: parsing --upstream into where sessions and control
+//     connections go.
+package app
