@@ -189,7 +189,16 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 	if e := a.Embedded(); e != nil {
 		where = "embedded PostgreSQL in " + e.DataDir()
 	}
-	fmt.Fprintf(m.Stdout, "snowflake-proxy listening on %s (%s); connect with: psql -h %s -p %s -U postgres postgres\n", a.Addr(), where, host, port)
+	connect := fmt.Sprintf("psql -h %s -p %s -U postgres postgres", host, port)
+	if pf := a.PasswordFile(); pf != "" {
+		// The embedded server wants its password: psql reads it from the
+		// file, so the command works as printed without showing it.
+		if strings.ContainsAny(pf, " \t\n'\"\\$`;&|<>()*?[]#~!{}") {
+			pf = "'" + strings.ReplaceAll(pf, "'", `'\''`) + "'"
+		}
+		connect = "PGPASSFILE=" + pf + " " + connect
+	}
+	fmt.Fprintf(m.Stdout, "snowflake-proxy listening on %s (%s); connect with: %s\n", a.Addr(), where, connect)
 
 	m.serveUntilSignal(ctx, &reloader{m: m, args: args, current: o, app: a, level: levelVar, log: logger})
 	logger.Info("shutting down", "grace", o.grace.String())
