@@ -15,7 +15,14 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// startProxyProcess runs this binary as the proxy itself.
+	if os.Getenv(runAsProxyEnv) == "1" {
+		main()
+		return
+	}
+	pgtest.Main(m)
+}
 
 // run executes the command line with env and returns exit code, stdout and
 // stderr.
