@@ -83,13 +83,37 @@ func (s *Server) writeConf(o Options, uid, gid int) error {
 	}
 	files["pg_hba.conf"] = strings.Join(hba, "\n") + "\n"
 	for name, content := range files {
-		p := filepath.Join(s.dataDir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			return fmt.Errorf("pgserver: %w", err)
+		if err := replaceFile(filepath.Join(s.dataDir, name), []byte(content), uid, gid); err != nil {
+			return err
 		}
-		if uid >= 0 {
-			_ = os.Chown(p, uid, gid)
-		}
+	}
+	return nil
+}
+
+// replaceFile writes a new file at path, given to uid:gid when uid >= 0.
+// The data directory belongs to the server's OS user while the caller may
+// be root: writing through a name there could follow a link that user
+// left to any file; a new file renamed over the name replaces the link.
+func replaceFile(path string, content []byte, uid, gid int) error {
+	tmp := path + ".new"
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	_, err = f.Write(content)
+	if err == nil && uid >= 0 {
+		err = f.Chown(uid, gid)
+	}
+	if e := f.Close(); err == nil {
+		err = e
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("pgserver: %w", err)
 	}
 	return nil
 }

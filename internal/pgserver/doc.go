@@ -26,11 +26,13 @@
 // Files:
 //
 //   - pgserver.go: Options, Server, Start, Stop, the accessors.
-//   - conf.go: initdb and the configuration written before every start.
+//   - conf.go: initdb and the configuration written before every start
+//     (new files renamed into place: the data directory is the server
+//     user's, and root must not write through a link left there).
 //   - private.go: the password file, the SCRAM secret, setting the password
-//     in single-user mode, stopping a leftover postmaster.
-//   - postmaster.go: starting the postmaster directly (Private), waiting
-//     until it is ready, stopping it; the one-line start failure.
+//     in single-user mode, finding and stopping a leftover postmaster.
+//   - postmaster.go: starting the postmaster directly (Private), its log,
+//     waiting until it is ready, stopping it; the one-line start failure.
 //   - proc_linux.go, proc_other.go: the parent-death signal and finding a
 //     live postmaster of a data directory.
 package pgserver

@@ -32,9 +32,9 @@ type postmaster struct {
 // reach the proxy, which stops the server after draining its sessions),
 // and on Linux gets SIGINT (fast shutdown) when its parent dies.
 func (s *Server) startPostmaster(ctx context.Context) error {
-	f, err := os.OpenFile(s.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := s.openLog()
 	if err != nil {
-		return fmt.Errorf("pgserver: server log: %w", err)
+		return err
 	}
 	defer f.Close() // the child has its own descriptor
 	offset, _ := f.Seek(0, io.SeekEnd)
@@ -100,6 +100,31 @@ func (s *Server) startPostmaster(ctx context.Context) error {
 	pm.ready.Store(true)
 	s.pm = pm
 	return nil
+}
+
+// openLog opens the server log for appending. It is opened here, perhaps
+// by root, in a directory of the server's OS user (pg_ctl opened it as that
+// user): it must not be a link, or a hard link, to another file. It is
+// given to the server's user, as pg_ctl's was.
+func (s *Server) openLog() (*os.File, error) {
+	f, err := os.OpenFile(s.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: server log: %w", err)
+	}
+	st, err := f.Stat()
+	if err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); !st.Mode().IsRegular() || !ok || sys.Nlink != 1 {
+			err = fmt.Errorf("%s is not a plain file; remove it", s.logFile)
+		}
+	}
+	if err == nil && s.cred != nil {
+		err = f.Chown(int(s.cred.Uid), int(s.cred.Gid))
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pgserver: server log: %w", err)
+	}
+	return f, nil
 }
 
 // pidFileReady reports whether postmaster.pid names pid and its status line

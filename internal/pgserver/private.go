@@ -9,11 +9,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // ensurePassword gives the superuser of a Private server the password of
@@ -24,17 +26,13 @@ import (
 // directory was removed, the file kept) gets the file's password.
 //
 // A data directory made by an older version (trust for everyone, no file)
-// takes the same path as a fresh one, before its first start with the new
-// pg_hba.conf, so it is never open once this version has started it.
+// gets its password here, before its first start with the new pg_hba.conf,
+// so it is never open once this version has started it.
 func (s *Server) ensurePassword(ctx context.Context, fresh bool) error {
 	pw, err := readPassFile(s.pwFile, s.superuser)
 	switch {
 	case err == nil:
 		s.password = pw
-		// libpq ignores a password file that others may read.
-		if err := os.Chmod(s.pwFile, 0o600); err != nil {
-			return fmt.Errorf("pgserver: password file: %w", err)
-		}
 		if fresh {
 			return s.setPassword(ctx)
 		}
@@ -132,10 +130,31 @@ func writePassFile(path, user, password string) error {
 
 // readPassFile returns the password of the first line for user (or any
 // user) in a .pgpass file.
+// The file is in a directory of the server's OS user: it must be a file of
+// the caller's own, not a link, before it is read or its mode set.
 func readPassFile(path, user string) (string, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return "", fmt.Errorf("pgserver: password file %s is a symbolic link; remove it", path)
+		}
 		return "", err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("pgserver: password file: %w", err)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !st.Mode().IsRegular() || !ok || int(sys.Uid) != os.Geteuid() {
+		return "", fmt.Errorf("pgserver: password file %s is not a file of uid %d; remove it", path, os.Geteuid())
+	}
+	// libpq ignores a password file that others may read.
+	if err := f.Chmod(0o600); err != nil {
+		return "", fmt.Errorf("pgserver: password file: %w", err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return "", fmt.Errorf("pgserver: password file: %w", err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSuffix(line, "\r")
