@@ -233,7 +233,7 @@ func TestEmbeddedServerDiesWithKilledProxy(t *testing.T) {
 
 	p := startInProcess(t, ctx, "--listen", "127.0.0.1:0", "--data-dir", dir)
 	checkEmbeddedAccess(t, ctx, connectCommand(t, p.line))
-	if s := p.errOut.String(); strings.Contains(s, "leftover") || strings.Contains(s, "initdb") || strings.Contains(s, "requires a password") {
+	if s := p.errOut.String(); strings.Contains(s, "leftover") || strings.Contains(s, "initdb") || strings.Contains(s, "a new password") {
 		t.Errorf("the restart found a leftover, ran initdb or set a new password:\n%s", s)
 	}
 	if again, _ := os.ReadFile(pwFile); string(again) != string(pw) {
@@ -278,7 +278,7 @@ func TestUpgradeStopsLeftoverTrustServer(t *testing.T) {
 		!strings.Contains(leftover[0], "pid="+strconv.Itoa(oldPID)) {
 		t.Fatalf("want one line about stopping leftover pid %d, got:\n%s", oldPID, logs)
 	}
-	if strings.Count(logs, "now requires a password") != 1 {
+	if strings.Count(logs, "gave the embedded PostgreSQL a new password") != 1 {
 		t.Errorf("want one line about the new password:\n%s", logs)
 	}
 	if pid := pgserver.RunningPID(dir); pid == 0 || pid == oldPID {

@@ -49,7 +49,7 @@ func (s *Server) ensurePassword(ctx context.Context, fresh bool) error {
 		return err
 	}
 	if !fresh {
-		s.log.Info("the embedded PostgreSQL now requires a password (an earlier version let every local user in); psql reads it with PGPASSFILE", "file", s.pwFile)
+		s.log.Info("gave the embedded PostgreSQL a new password: its data directory had no password file (versions before this one let every local user in)", "file", s.pwFile)
 	}
 	return nil
 }

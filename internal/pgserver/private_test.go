@@ -135,7 +135,8 @@ func checkPrivateServer(t *testing.T, ctx context.Context, srv *pgserver.Server)
 // its password file, through a socket directory of its own, with no TCP
 // listener; its postmaster is in a process group of its own, so that a
 // terminal's Ctrl-C reaches the proxy, not the server. It keeps its
-// password across a restart.
+// password across a restart, and gets a new one when the password file is
+// removed.
 func TestPrivateServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -180,6 +181,29 @@ func TestPrivateServer(t *testing.T) {
 		t.Error("the password file changed across a restart")
 	}
 	checkPrivateServer(t, ctx, srv)
+
+	// Removing the password file is how to have a new password set.
+	if err := srv.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(srv.PasswordFile(), srv.PasswordFile()+".old"); err != nil {
+		t.Fatal(err)
+	}
+	var logs pgtest.SyncBuffer
+	srv, err = pgserver.Start(ctx, pgserver.Options{DataDir: dir, Private: true, Settings: fastSettings,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(ctx)
+	checkPrivateServer(t, ctx, srv)
+	if n := strings.Count(logs.String(), "gave the embedded PostgreSQL a new password"); n != 1 {
+		t.Errorf("%d lines about the new password, want 1:\n%s", n, logs.String())
+	}
+	if c, err := pgx.Connect(ctx, socketDSN(srv, "passfile="+srv.PasswordFile()+".old")); err == nil {
+		c.Close(ctx)
+		t.Fatal("the old password still works")
+	}
 }
 
 // A data directory made by an earlier version (trust for every local and
@@ -219,7 +243,7 @@ func TestPrivateMigratesTrustDataDir(t *testing.T) {
 	defer srv.Stop(ctx)
 	checkPrivateServer(t, ctx, srv)
 	checkNoTCP(t, srv.PID(), srv.SocketPath())
-	if n := strings.Count(logs.String(), "now requires a password"); n != 1 {
+	if n := strings.Count(logs.String(), "gave the embedded PostgreSQL a new password"); n != 1 {
 		t.Errorf("%d lines about the new password, want 1:\n%s", n, logs.String())
 	}
 	if strings.Contains(logs.String(), "leftover") {
