@@ -12,11 +12,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
 
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -46,7 +44,7 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		case "decode":
 			return m.runDecode(args[1:])
 		case "version":
-			fmt.Fprintln(m.Stdout, "snowflake-proxy", version)
+			fmt.Fprintln(m.Stdout, versionLine(debug.ReadBuildInfo()))
 			return 0
 		}
 	}

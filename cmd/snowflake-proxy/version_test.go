@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+)
+
+func TestVersionLine(t *testing.T) {
+	info := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.4.0"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.time", Value: "2026-11-23T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	if got, want := versionLine(info, true), "snowflake-proxy v1.4.0 commit 0123456789ab+dirty 2026-11-23T10:00:00Z go1.26.8"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got := versionLine(&debug.BuildInfo{GoVersion: "go1.26.8"}, true); got != "snowflake-proxy (devel) go1.26.8" {
+		t.Fatalf("no module version: %q", got)
+	}
+	if got := versionLine(nil, false); got != "snowflake-proxy (unknown)" {
+		t.Fatalf("no build information: %q", got)
+	}
+}
+
+// TestVersionOfBuiltBinary: a binary built from this checkout names its
+// commit and Go version.
+func TestVersionOfBuiltBinary(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git not found: the build information needs it")
+	}
+	bin := filepath.Join(t.TempDir(), "snowflake-proxy")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=true")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := strings.TrimSpace(string(out))
+	if !strings.Contains(line, "commit "+strings.TrimSpace(string(rev))) || !strings.Contains(line, "go1.") {
+		t.Fatalf("version %q does not name commit %s and the Go version", line, rev)
+	}
+}
