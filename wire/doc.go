@@ -6,7 +6,8 @@
 //
 // # Layers
 //
-//   - server.go: Config, Server, the accept loop (Serve), Close, Stats.
+//   - server.go: Config, Server, Close, Stats; accept.go: the accept loop
+//     (Serve) and its retries.
 //   - session.go: one session per client connection; its goroutine runs
 //     startup, then the two pumps, and waits for both.
 //   - startup.go, tls.go, cancel.go, auth.go: the startup phase.
@@ -31,9 +32,13 @@
 //
 // # Session lifecycle
 //
-//  1. Accept (server.go). Serve accepts a connection and starts a session
-//     goroutine (session.run). Close stops accepting and lets sessions end
-//     until its context is done, then closes them.
+//  1. Accept (accept.go). Serve accepts a connection and starts a session
+//     goroutine (session.run). Accept errors that may pass (EMFILE, ENFILE,
+//     ENOBUFS, ENOMEM, ECONNABORTED, EINTR, EPROTO, timeouts...) are
+//     retried after 5 ms, doubling to 1 s, with one WARN line per 10 s;
+//     any other ends Serve with the error (logged at ERROR). Close stops
+//     accepting and lets sessions end until its context is done, then
+//     closes them.
 //  2. Startup negotiation (startup.go, tls.go, cancel.go). Packets are read
 //     unbuffered, at most 10000 bytes, under HandshakeTimeout. SSLRequest is
 //     answered 'S' plus a TLS handshake when Config.TLSConfig is set, 'N'

@@ -20,19 +20,6 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
-// waitUntil polls cond (a state the proxy reaches on its own, such as a
-// session's end, with no message to wait for) until it holds or 10 s pass.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // Pass-through traffic in both protocols, pipelined or not, stays in the
 // event loop; the first statement with a generated value hands the session
 // to its goroutines, which carry on with it, and later traffic still works.

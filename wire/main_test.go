@@ -20,6 +20,19 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// waitUntil polls cond (a state the proxy reaches on its own, such as a
+// session's end, with no message to wait for) until it holds or 10 s pass.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // proxy runs a Server on a loopback listener in front of srv.
 type proxy struct {
 	*Server

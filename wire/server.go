@@ -84,7 +84,9 @@ type Stats struct {
 	// PreparedInserts counts simple-protocol INSERTs sent as Bind and
 	// Execute of a statement the proxy prepared (simpleprep.go).
 	PreparedInserts uint64
-	Errors          map[string]uint64 // session errors by Kind name
+	// AcceptErrors counts failed accepts that were retried (accept.go).
+	AcceptErrors uint64
+	Errors       map[string]uint64 // session errors by Kind name
 }
 
 // Server accepts client connections and runs a session for each.
@@ -100,6 +102,7 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	sessions  map[*session]struct{}
 	closing   bool
+	closed    chan struct{} // closed when closing is set
 	idle      chan struct{} // closed when closing and no session is left
 
 	loops       []*eventLoop // started on first use (loop.go)
@@ -110,6 +113,7 @@ type Server struct {
 	stats  struct {
 		sessions, cancels, local, hidden, fast atomic.Uint64
 		loopIn, handovers, preparedInserts     atomic.Uint64
+		acceptErrors                           atomic.Uint64
 		active                                 atomic.Int64
 		errors                                 [numKinds]atomic.Uint64
 	}
@@ -162,53 +166,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.EventLoops = DefaultEventLoops(runtime.GOMAXPROCS(0))
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With(logComponent, "wire"),
-		listeners: map[net.Listener]struct{}{}, sessions: map[*session]struct{}{}}
+		listeners: map[net.Listener]struct{}{}, sessions: map[*session]struct{}{}, closed: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = errors.New("wire: server closed")
-
-// Serve accepts connections on ln until Close; it always returns a non-nil
-// error (ErrServerClosed after Close). It may be called for several
-// listeners.
-func (s *Server) Serve(ln net.Listener) error {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return ErrServerClosed
-	}
-	s.listeners[ln] = struct{}{}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	defer s.wg.Done()
-	var delay time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			delete(s.listeners, ln)
-			s.mu.Unlock()
-			if closing {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				s.mu.Lock()
-				s.listeners[ln] = struct{}{}
-				s.mu.Unlock()
-				continue
-			}
-			return fmt.Errorf("wire: accept: %w", err)
-		}
-		delay = 0
-		s.startSession(c)
-	}
-}
 
 func (s *Server) startSession(c net.Conn) {
 	s.mu.Lock()
@@ -249,7 +213,10 @@ func (s *Server) countError(err error) {
 // returns ctx.Err() when sessions had to be closed.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
-	s.closing = true
+	if !s.closing {
+		s.closing = true
+		close(s.closed)
+	}
 	for ln := range s.listeners {
 		_ = ln.Close()
 	}
@@ -291,7 +258,8 @@ func (s *Server) Stats() Stats {
 		Cancels: s.stats.cancels.Load(), LocalAnswers: s.stats.local.Load(),
 		HiddenQueries: s.stats.hidden.Load(), FastIDs: s.stats.fast.Load(),
 		LoopEntries: s.stats.loopIn.Load(), Handovers: s.stats.handovers.Load(),
-		PreparedInserts: s.stats.preparedInserts.Load(), Errors: map[string]uint64{},
+		PreparedInserts: s.stats.preparedInserts.Load(), AcceptErrors: s.stats.acceptErrors.Load(),
+		Errors: map[string]uint64{},
 	}
 	for k := Kind(1); k < numKinds; k++ {
 		if n := s.stats.errors[k].Load(); n > 0 {

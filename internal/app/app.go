@@ -75,9 +75,10 @@ type App struct {
 	embedded  *pgserver.Server
 	closeMu   sync.Mutex
 	closed    bool
-	serveErr  chan error
-	upstream  string     // connection string, password masked
-	clientTLS *clientTLS // nil without TLS for clients
+	done      chan struct{} // closed when Serve has returned
+	serveErr  error         // why Serve returned, nil after Close; set before done is closed
+	upstream  string        // connection string, password masked
+	clientTLS *clientTLS    // nil without TLS for clients
 }
 
 // ReloadTLS applies what can change in the client TLS settings while the
@@ -141,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	} else if cfg.RequireTLS {
 		return nil, errors.New("--tls-require needs --tls-cert and --tls-key")
 	}
-	a := &App{cfg: cfg, log: cfg.Logger.With("component", "app"), serveErr: make(chan error, 1), clientTLS: ctls}
+	a := &App{cfg: cfg, log: cfg.Logger.With("component", "app"), done: make(chan struct{}), clientTLS: ctls}
 
 	var up upstream
 	if cfg.Upstream != "" {
@@ -213,8 +214,36 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	a.server = server
 	a.upstream = up.display
 	started = true
-	go func() { a.serveErr <- server.Serve(ln) }()
+	go a.serve()
 	return a, nil
+}
+
+// serve runs the accept loop; an error other than the end by Close is kept
+// for Err (the wire server has logged it).
+func (a *App) serve() {
+	err := a.server.Serve(a.ln)
+	if errors.Is(err, wire.ErrServerClosed) {
+		err = nil
+	}
+	a.serveErr = err
+	close(a.done)
+}
+
+// Done is closed when the proxy no longer accepts clients: after Close, or
+// when accepting failed for good; Err then tells which. A command should
+// wait on it beside its signals, and exit non-zero when Err is not nil
+// (after Close, to end the sessions left).
+func (a *App) Done() <-chan struct{} { return a.done }
+
+// Err returns the error that stopped the proxy accepting clients: nil
+// before Done is closed and after a stop by Close.
+func (a *App) Err() error {
+	select {
+	case <-a.done:
+		return a.serveErr
+	default:
+		return nil
+	}
 }
 
 // checkUpstream connects once with the control credentials so that a wrong
@@ -286,7 +315,7 @@ func (a *App) Close(ctx context.Context) error {
 	}
 	a.closed = true
 	err := a.server.Close(ctx)
-	<-a.serveErr
+	<-a.done
 	a.closeServices()
 	if e := a.stopEmbedded(); e != nil && err == nil {
 		err = e
