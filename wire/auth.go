@@ -5,6 +5,10 @@ import (
 	"encoding/binary"
 )
 
+// maxCancelKey is the longest secret key of a BackendKeyData (protocol
+// 3.2; 3.0 keys are 4 bytes).
+const maxCancelKey = 256
+
 // Authentication request codes (AuthenticationXXX messages).
 const (
 	authOK           = 0
@@ -80,7 +84,23 @@ func (ss *session) authenticate() error {
 					return err
 				}
 			}
-		default: // BackendKeyData, NoticeResponse, NegotiateProtocolVersion
+		case 'K':
+			// Relayed verbatim (the client cancels with it); kept for the
+			// cancel of a statement the client leaves running
+			// (lifecycle.go).
+			body, err := ss.sr.body()
+			if err != nil {
+				return ss.upstreamLost(err)
+			}
+			if len(body) >= 8 && len(body) <= 4+maxCancelKey {
+				ss.backendPID = binary.BigEndian.Uint32(body)
+				ss.backendKey = append(ss.backendKey[:0], body[4:]...)
+				ss.haveKey = true
+			}
+			if err := ss.sr.pass(ss.cw); err != nil {
+				return &Error{Kind: KindClientIO, Message: "write", Err: err}
+			}
+		default: // NoticeResponse, NegotiateProtocolVersion
 			if err := ss.sr.forward(ss.cw); err != nil {
 				return ss.upstreamLost(err)
 			}

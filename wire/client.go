@@ -87,6 +87,11 @@ func (p *clientPump) step(typ byte) error {
 	if ss.track {
 		err = p.dispatch(typ)
 	} else {
+		if typ == 'Q' || typ == 'S' || typ == 'F' {
+			// Before the write: the server's ReadyForQuery must not be
+			// counted first (busy, lifecycle.go).
+			ss.syncs.Store(ss.syncs.Load() + 1)
+		}
 		err = ss.cr.forward(ss.sw)
 		if err == nil && typ == 'X' {
 			err = errTerminate

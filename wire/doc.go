@@ -8,6 +8,9 @@
 //
 //   - server.go: Config, Server, Close, Stats; accept.go: the accept loop
 //     (Serve) and its retries.
+//   - lifecycle.go: the cancel of a statement a client leaves running;
+//     cancel.go: CancelRequests (sendCancel is the one place that dials
+//     the upstream for a cancel).
 //   - session.go: one session per client connection; its goroutine runs
 //     startup, then the two pumps, and waits for both.
 //   - startup.go, tls.go, cancel.go, auth.go: the startup phase.
@@ -53,7 +56,9 @@
 //     message by message in both directions (trust, password, md5,
 //     SCRAM-SHA-256): the proxy holds no credentials and admits nobody the
 //     server refuses. ParameterStatus values are remembered; BackendKeyData
-//     is relayed verbatim. The phase ends at the first ReadyForQuery.
+//     is relayed verbatim, and its process id and key (4 bytes, or up to
+//     256 with protocol 3.2) kept for phase 7. The phase ends at the first
+//     ReadyForQuery.
 //  4. Event loop (loop.go). A session on plain sockets is relayed by an
 //     event loop first: the steps of 5 and 6 below run on the loop's thread, one
 //     read per readiness event, as long as no step has to wait; then the
@@ -77,7 +82,12 @@
 //     the client's Terminate or disappearance the server connection is
 //     closed for writing (the backend exits, the server pump sees EOF);
 //     after the server's disappearance the client gets 08006 unless the
-//     server already sent a FATAL error. The session waits for both pumps,
+//     server already sent a FATAL error. When the client ends (EOF, error,
+//     Terminate) while a statement is outstanding on the server (something
+//     forwarded whose ReadyForQuery was not relayed), the proxy sends the
+//     server a CancelRequest with the session's key and closes the server
+//     connection at once, so that the backend does not run the statement
+//     to its end holding its locks. The session waits for both pumps,
 //     closes both connections and logs one line with its duration.
 //
 // # Simple protocol (simple.go, local.go)

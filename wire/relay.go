@@ -230,6 +230,7 @@ func (p *serverPump) ready(body []byte) {
 	if len(body) == 1 {
 		ss.txStatus = body[0]
 	}
+	ss.readies++
 	for !ss.q.empty() {
 		k := ss.q.front().kind
 		ss.q.pop()

@@ -86,7 +86,10 @@ type Stats struct {
 	PreparedInserts uint64
 	// AcceptErrors counts failed accepts that were retried (accept.go).
 	AcceptErrors uint64
-	Errors       map[string]uint64 // session errors by Kind name
+	// EndCancels counts cancel requests the proxy sent for a statement
+	// still running when its session ended (lifecycle.go).
+	EndCancels uint64
+	Errors     map[string]uint64 // session errors by Kind name
 }
 
 // Server accepts client connections and runs a session for each.
@@ -113,7 +116,7 @@ type Server struct {
 	stats  struct {
 		sessions, cancels, local, hidden, fast atomic.Uint64
 		loopIn, handovers, preparedInserts     atomic.Uint64
-		acceptErrors                           atomic.Uint64
+		acceptErrors, endCancels               atomic.Uint64
 		active                                 atomic.Int64
 		errors                                 [numKinds]atomic.Uint64
 	}
@@ -259,7 +262,7 @@ func (s *Server) Stats() Stats {
 		HiddenQueries: s.stats.hidden.Load(), FastIDs: s.stats.fast.Load(),
 		LoopEntries: s.stats.loopIn.Load(), Handovers: s.stats.handovers.Load(),
 		PreparedInserts: s.stats.preparedInserts.Load(), AcceptErrors: s.stats.acceptErrors.Load(),
-		Errors: map[string]uint64{},
+		EndCancels: s.stats.endCancels.Load(), Errors: map[string]uint64{},
 	}
 	for k := Kind(1); k < numKinds; k++ {
 		if n := s.stats.errors[k].Load(); n > 0 {

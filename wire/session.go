@@ -68,6 +68,21 @@ type session struct {
 
 	clientGone atomic.Bool // the client pump has ended
 	sawFatal   atomic.Bool // the server sent a FATAL error: its close is expected
+	serverLost atomic.Bool // the server connection ended without the proxy asking
+
+	// Lifecycle (lifecycle.go). relaying: startup is over. syncs and
+	// readies count the client's Query, Sync and FunctionCall messages and
+	// the server's ReadyForQuery messages without a Rewriter (with one,
+	// the owed queue tells); readies is guarded by mu.
+	relaying   atomic.Bool
+	syncs      atomic.Uint64
+	readies    uint64
+	cancelSent bool
+	// The server's BackendKeyData (auth.go), for cancelStatement. The key
+	// is 4 bytes in protocol 3.0, up to 256 in 3.2: kept as sent.
+	haveKey    bool
+	backendPID uint32
+	backendKey []byte
 
 	// Client pump state.
 	stmts         map[string]*stmtRec
@@ -135,6 +150,7 @@ func (ss *session) run() {
 	if err == nil {
 		err = ss.relay()
 	}
+	ss.cancelStatement()
 	ss.closeConns()
 	if errors.Is(err, errSessionDone) {
 		err = nil
@@ -217,6 +233,7 @@ func (ss *session) closeConns() {
 // relay runs the two pumps until both end. The first to end half-closes
 // its destination so that the other side sees EOF in turn.
 func (ss *session) relay() error {
+	ss.relaying.Store(true)
 	ss.deadline(ss.client, time.Time{}, false)
 	ss.deadline(ss.server, time.Time{}, false)
 	ss.cr.max = ss.cfg.MaxMessageSize
@@ -281,10 +298,18 @@ func (ss *session) runPumps() (first error, again bool) {
 			break
 		}
 		if r.fromClient {
-			// The client is gone or sent Terminate: the server ends its
-			// backend on EOF, and the server pump then sees EOF.
-			closeWrite(ss.server)
-			ss.deadline(ss.server, time.Now().Add(ss.cfg.ShutdownGrace), true)
+			// The client is gone (or sent Terminate) while a statement
+			// runs: stop it now rather than let it run to its end holding
+			// its locks; nobody will read its result.
+			ss.cancelStatement()
+			if ss.cancelSent {
+				ss.deadline(ss.server, time.Now(), false)
+			} else {
+				// The client is gone or sent Terminate: the server ends
+				// its backend on EOF, and the server pump then sees EOF.
+				closeWrite(ss.server)
+				ss.deadline(ss.server, time.Now().Add(ss.cfg.ShutdownGrace), true)
+			}
 		} else {
 			// The server is gone: nothing more can be served.
 			ss.cancel()

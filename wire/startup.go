@@ -167,6 +167,7 @@ func (ss *session) connect(pkt []byte) error {
 func (ss *session) upstreamLost(err error) error {
 	e := &Error{Kind: KindUpstreamIO, Code: codeConnectionFailure,
 		Message: "snowflake-proxy: server closed the connection unexpectedly", Err: err}
+	ss.serverLost.Store(true)
 	if !ss.clientGone.Load() && !ss.sawFatal.Load() {
 		ss.fatal(e)
 	}

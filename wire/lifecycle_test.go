@@ -1,0 +1,160 @@
+package wire
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+)
+
+// relayModes are the ways a session is relayed: by an event loop or by its
+// pumps only, without a Rewriter (statements counted by Sync and
+// ReadyForQuery) or with one (the owed queue).
+func relayModes() []struct {
+	name string
+	cfg  Config
+} {
+	tracked := func() Rewriter { return &fakeRewriter{plans: snowflakePlans()} }
+	return []struct {
+		name string
+		cfg  Config
+	}{
+		{"loop", Config{}},
+		{"goroutines", Config{EventLoops: -1}},
+		{"loop_tracked", Config{Rewriter: tracked()}},
+		{"goroutines_tracked", Config{EventLoops: -1, Rewriter: tracked()}},
+	}
+}
+
+// checkLoopUsed fails the test when cfg has event loops on this platform
+// and no session of p entered one: the loop's path was not tested.
+func checkLoopUsed(t *testing.T, p *proxy, cfg Config) {
+	t.Helper()
+	if EventLoopsAvailable && cfg.EventLoops >= 0 && p.Stats().LoopEntries == 0 {
+		t.Fatal("no session entered an event loop")
+	}
+}
+
+// backendRunning reports whether pid is a backend of srv whose state is
+// active and whose query starts with prefix.
+func backendRunning(t *testing.T, dc *pgx.Conn, pid uint32, prefix string) bool {
+	t.Helper()
+	var n int
+	err := dc.QueryRow(ctxT(t), `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND starts_with(query, $2)`,
+		int32(pid), prefix).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// backendGone reports whether pid is no longer a backend of srv.
+func backendGone(t *testing.T, dc *pgx.Conn, pid uint32) bool {
+	t.Helper()
+	var n int
+	if err := dc.QueryRow(ctxT(t), `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(pid)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 0
+}
+
+func execSQL(t *testing.T, c *pgconn.PgConn, sql string) {
+	t.Helper()
+	if _, err := c.Exec(ctxT(t), sql).ReadAll(); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// Regression: when a client went away while its statement ran, the proxy
+// only closed the server connection (after ShutdownGrace), and the backend
+// ran the statement to its end holding its locks. Now the proxy cancels
+// it: the backend ends at once. The client is a raw one (pgconn sends a
+// cancel of its own when its connection breaks): it sends the statement
+// as a Query, or as Parse, Bind, Execute and Sync followed by Terminate,
+// and closes its socket.
+func TestClientGoneCancelsStatement(t *testing.T) {
+	srv := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t, srv)
+	pgtest.Exec(t, srv, db, "CREATE TABLE locked (x int)")
+	type statement struct {
+		sql, prefix string
+		hold        bool // a direct transaction holds a lock the statement waits for
+	}
+	statements := []statement{
+		{sql: "SELECT pg_sleep(600)", prefix: "SELECT pg_sleep"},
+		{sql: "SELECT count(*) FROM locked", prefix: "SELECT count", hold: true},
+	}
+	for _, m := range relayModes() {
+		for _, st := range statements {
+			for _, terminate := range []bool{false, true} {
+				name := m.name + "/" + st.prefix[7:] + "/query"
+				if terminate {
+					name = m.name + "/" + st.prefix[7:] + "/extended_terminate"
+				}
+				t.Run(name, func(t *testing.T) {
+					clientGone(t, srv, db, m.cfg, st.sql, st.prefix, st.hold, terminate)
+				})
+			}
+		}
+	}
+}
+
+func clientGone(t *testing.T, srv *pgserver.Server, db string, cfg Config, sql, prefix string, hold, extended bool) {
+	p := startProxy(t, srv, cfg)
+	url := p.url(srv, db)
+	dc := connect(t, srv.URL(db))
+	if hold {
+		tx, err := dc.Begin(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background())
+		if _, err := tx.Exec(ctxT(t), "LOCK TABLE locked IN ACCESS EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch := connect(t, srv.URL(db))
+
+	// A client leaving while idle leaves nothing to cancel.
+	idle := connectPg(t, url)
+	execSQL(t, idle, "SELECT 1")
+	idlePID := idle.PID()
+	_ = idle.Conn().Close()
+	waitUntil(t, "the idle backend to end", func() bool { return backendGone(t, watch, idlePID) })
+
+	hc, err := connectPg(t, url).Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Conn.Close()
+	if extended {
+		hc.Frontend.SendParse(&pgproto3.Parse{Query: sql})
+		hc.Frontend.SendBind(&pgproto3.Bind{})
+		hc.Frontend.SendExecute(&pgproto3.Execute{})
+		hc.Frontend.SendSync(&pgproto3.Sync{})
+	} else {
+		hc.Frontend.SendQuery(&pgproto3.Query{String: sql})
+	}
+	if err := hc.Frontend.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the statement to run", func() bool { return backendRunning(t, watch, hc.PID, prefix) })
+	if extended {
+		hc.Frontend.Send(&pgproto3.Terminate{})
+		if err := hc.Frontend.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = hc.Conn.Close()
+	waitUntil(t, "the backend to end", func() bool { return backendGone(t, watch, hc.PID) })
+	waitUntil(t, "the session to end", func() bool { return p.Stats().Active == 0 })
+	if n := p.Stats().EndCancels; n != 1 {
+		t.Fatalf("EndCancels = %d, want 1", n)
+	}
+	checkLoopUsed(t, p, cfg)
+}
