@@ -48,7 +48,9 @@
 //     otherwise; GSSENCRequest 'N'. A CancelRequest is forwarded to the
 //     server as is (clients hold the server's own BackendKeyData) and the
 //     connection closed. Protocol major versions other than 3 are refused
-//     with 0A000, as PostgreSQL does.
+//     with 0A000, as PostgreSQL does. A StartupMessage beyond
+//     Config.MaxClients sessions is refused with FATAL 53300 (cancel
+//     requests are not counted).
 //  3. Connection and authentication (auth.go). The proxy dials the
 //     upstream (DialTimeout; failure: 08001 to the client), sends the
 //     startup packet with snowflake.node added when Config.Node is set and

@@ -19,10 +19,11 @@ const (
 	KindUpstreamProtocol                 // the server sent something unexpected
 	KindUnsupported                      // a request PostgreSQL would also refuse
 	KindUpstreamTLS                      // TLS with the server was required and failed
+	KindTooManyClients                   // refused: Config.MaxClients sessions already
 	numKinds
 )
 
-var kindNames = [numKinds]string{"", "client_protocol", "client_io", "tls", "upstream_dial", "upstream_io", "upstream_protocol", "unsupported", "upstream_tls"}
+var kindNames = [numKinds]string{"", "client_protocol", "client_io", "tls", "upstream_dial", "upstream_io", "upstream_protocol", "unsupported", "upstream_tls", "too_many_clients"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -58,7 +59,12 @@ const (
 	codeFeatureNotSupported  = "0A000"
 	codeInternal             = "XX000"
 	codeInvalidAuthorization = "28000"
+	codeTooManyConnections   = "53300"
 )
+
+// errTooManyClients refuses a session beyond Config.MaxClients, with the
+// SQLSTATE and text of a server at max_connections.
+var errTooManyClients = &Error{Kind: KindTooManyClients, Code: codeTooManyConnections, Message: "sorry, too many clients already"}
 
 // ErrProtocolViolation is matched by every client protocol error.
 var ErrProtocolViolation = errors.New("protocol violation")

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +41,19 @@ func checkLoopUsed(t *testing.T, p *proxy, cfg Config) {
 	}
 }
 
+// wantFatal fails the test unless err carries a *pgconn.PgError
+// with severity FATAL, SQLSTATE code and message msg.
+func wantFatal(t *testing.T, err error, code, msg string) {
+	t.Helper()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		t.Fatalf("want FATAL %s, got %v", code, err)
+	}
+	if pe.Severity != "FATAL" || pe.Code != code || pe.Message != msg {
+		t.Fatalf("got %s %s %q, want FATAL %s %q", pe.Severity, pe.Code, pe.Message, code, msg)
+	}
+}
+
 // backendRunning reports whether pid is a backend of srv whose state is
 // active and whose query starts with prefix.
 func backendRunning(t *testing.T, dc *pgx.Conn, pid uint32, prefix string) bool {
@@ -67,6 +81,43 @@ func execSQL(t *testing.T, c *pgconn.PgConn, sql string) {
 	t.Helper()
 	if _, err := c.Exec(ctxT(t), sql).ReadAll(); err != nil {
 		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func TestMaxClients(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{MaxClients: 2})
+	url := p.url(srv, "postgres")
+	a := connectPg(t, url)
+	b := connectPg(t, url)
+	_, err := pgconn.Connect(ctxT(t), url)
+	wantFatal(t, err, "53300", "sorry, too many clients already")
+	for _, c := range []*pgconn.PgConn{a, b} {
+		execSQL(t, c, "SELECT 1")
+	}
+
+	// A cancel request is not a client: it is served while all slots are
+	// taken.
+	dc := connect(t, srv.URL("postgres"))
+	running := make(chan error, 1)
+	go func() {
+		running <- b.ExecParams(context.Background(), "SELECT pg_sleep(600)", nil, nil, nil, nil).Read().Err
+	}()
+	waitUntil(t, "the statement to run", func() bool { return backendRunning(t, dc, b.PID(), "SELECT pg_sleep") })
+	if err := b.CancelRequest(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	var pe *pgconn.PgError
+	if err := <-running; !errors.As(err, &pe) || pe.Code != "57014" {
+		t.Fatalf("cancelled statement: %v, want 57014", err)
+	}
+
+	// A slot is free again once a session ends.
+	_ = a.Close(ctxT(t))
+	waitUntil(t, "the sessions to end", func() bool { return p.Stats().Active == 1 })
+	execSQL(t, connectPg(t, url), "SELECT 1")
+	if n := p.Stats().Errors["too_many_clients"]; n != 1 {
+		t.Fatalf("too_many_clients = %d, want 1", n)
 	}
 }
 

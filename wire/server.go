@@ -48,6 +48,11 @@ type Config struct {
 	DialTimeout time.Duration
 	// HandshakeTimeout bounds startup, TLS and authentication. 0: 30s.
 	HandshakeTimeout time.Duration
+	// MaxClients bounds the sessions past their startup packet; a client
+	// beyond it gets FATAL 53300 "sorry, too many clients already", as from
+	// a server at max_connections. Cancel requests are always served.
+	// 0: unlimited.
+	MaxClients int
 	// ShutdownGrace is how long Shutdown lets sessions finish before it
 	// closes them (Close with a context uses the context's deadline
 	// instead). 0: 10s.
@@ -108,6 +113,8 @@ type Server struct {
 	closed    chan struct{} // closed when closing is set
 	idle      chan struct{} // closed when closing and no session is left
 
+	clients atomic.Int64 // sessions holding a MaxClients slot
+
 	loops       []*eventLoop // started on first use (loop.go)
 	loopNext    uint32
 	loopsFailed bool // no loops: they could not start, or the server closed
@@ -140,7 +147,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Node < 0 || cfg.Node > 1023 {
 		return nil, fmt.Errorf("wire: node %d out of range 0..1023", cfg.Node)
 	}
-	if cfg.MaxMessageSize < 0 || cfg.DialTimeout < 0 || cfg.HandshakeTimeout < 0 || cfg.ShutdownGrace < 0 {
+	if cfg.MaxMessageSize < 0 || cfg.DialTimeout < 0 || cfg.HandshakeTimeout < 0 || cfg.ShutdownGrace < 0 ||
+		cfg.MaxClients < 0 {
 		return nil, errors.New("wire: negative limit")
 	}
 	if cfg.MaxMessageSize == 0 {
@@ -195,6 +203,9 @@ func (s *Server) startSession(c net.Conn) {
 
 func (s *Server) endSession(ss *session) {
 	s.stats.active.Add(-1)
+	if ss.admitted {
+		s.clients.Add(-1)
+	}
 	s.mu.Lock()
 	delete(s.sessions, ss)
 	if s.closing && len(s.sessions) == 0 && s.idle != nil {

@@ -70,11 +70,13 @@ type session struct {
 	sawFatal   atomic.Bool // the server sent a FATAL error: its close is expected
 	serverLost atomic.Bool // the server connection ended without the proxy asking
 
-	// Lifecycle (lifecycle.go). relaying: startup is over. syncs and
-	// readies count the client's Query, Sync and FunctionCall messages and
-	// the server's ReadyForQuery messages without a Rewriter (with one,
-	// the owed queue tells); readies is guarded by mu.
+	// Lifecycle (lifecycle.go). relaying: startup is over. admitted: the
+	// session holds a MaxClients slot. syncs and readies count the
+	// client's Query, Sync and FunctionCall messages and the server's
+	// ReadyForQuery messages without a Rewriter (with one, the owed queue
+	// tells); readies is guarded by mu.
 	relaying   atomic.Bool
+	admitted   bool
 	syncs      atomic.Uint64
 	readies    uint64
 	cancelSent bool

@@ -141,6 +141,11 @@ func (ss *session) connect(pkt []byte) error {
 	if ss.db == "" {
 		ss.db = ss.user
 	}
+	if !ss.srv.admit() {
+		ss.fatalRaw(errTooManyClients)
+		return errTooManyClients
+	}
+	ss.admitted = true
 	out := make([]byte, 4, len(pkt)+40)
 	out = append(out, pkt[:len(pkt)-1]...)
 	if ss.cfg.Node != 0 && !hasNode {
@@ -172,4 +177,15 @@ func (ss *session) upstreamLost(err error) error {
 		ss.fatal(e)
 	}
 	return e
+}
+
+// admit takes a MaxClients slot for a session that sent its startup
+// packet, or reports that none is free.
+func (s *Server) admit() bool {
+	n := s.clients.Add(1)
+	if s.cfg.MaxClients > 0 && n > int64(s.cfg.MaxClients) {
+		s.clients.Add(-1)
+		return false
+	}
+	return true
 }

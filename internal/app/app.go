@@ -63,6 +63,9 @@ type Config struct {
 	// QueryInserts is wire.Config.QueryInserts: true keeps every
 	// simple-protocol INSERT a Query.
 	QueryInserts bool
+	// MaxClients is wire.Config.MaxClients: sessions beyond it get FATAL
+	// 53300. 0: unlimited.
+	MaxClients int
 }
 
 // App is a running proxy.
@@ -207,6 +210,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		Logger:           cfg.Logger,
 		EventLoops:       cfg.EventLoops,
 		QueryInserts:     cfg.QueryInserts,
+		MaxClients:       cfg.MaxClients,
 	})
 	if err != nil {
 		return nil, err
