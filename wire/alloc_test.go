@@ -1,6 +1,10 @@
 package wire
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
 
 // Regression: the text of every Query and Parse was copied into a new
 // string for Rewriter.Plan, one allocation per message on the pass-through
@@ -20,6 +24,59 @@ func TestPassThroughTextAllocatesNothing(t *testing.T) {
 			}
 		}); n != 0 {
 			t.Errorf("%s: %v allocations per message, want 0", name, n)
+		}
+	}
+}
+
+// The steps the pumps and the event loops run for each message allocate
+// nothing, with the bookkeeping of lifecycle.go: the client's count of
+// statements without a Rewriter (busy) and the server pump's check for a
+// cut at each batch.
+func TestRelayStepsAllocateNothing(t *testing.T) {
+	client := encodeAll(&pgproto3.Query{String: "SELECT 1"}, &pgproto3.Parse{Query: "SELECT 1"},
+		&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}, &pgproto3.Flush{})
+	ss := benchSession(false, &repeatReader{data: client})
+	step := func() {
+		typ, _, err := ss.cr.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (*clientPump)(ss).step(typ); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 12 {
+		step()
+	}
+	if n := testing.AllocsPerRun(300, step); n != 0 {
+		t.Errorf("client step: %v allocations per message, want 0", n)
+	}
+
+	server := encodeAll(&pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("42")}},
+		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	for _, track := range []bool{false, true} {
+		ss := benchSession(track, &repeatReader{data: server})
+		i := 0
+		step := func() {
+			if track && i%4 == 0 {
+				(*clientPump)(ss).push(owed{kind: owedBind})
+				(*clientPump)(ss).push(owed{kind: owedExecute})
+				(*clientPump)(ss).push(owed{kind: owedSync})
+			}
+			i++
+			typ, _, err := ss.sr.next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := (*serverPump)(ss).step(typ); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 16 {
+			step()
+		}
+		if n := testing.AllocsPerRun(400, step); n != 0 {
+			t.Errorf("server step (tracked %v): %v allocations per message, want 0", track, n)
 		}
 	}
 }

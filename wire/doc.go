@@ -8,9 +8,10 @@
 //
 //   - server.go: Config, Server, Close, Stats; accept.go: the accept loop
 //     (Serve) and its retries.
-//   - lifecycle.go: the cancel of a statement a client leaves running;
-//     cancel.go: CancelRequests (sendCancel is the one place that dials
-//     the upstream for a cancel).
+//   - lifecycle.go: how sessions end on the proxy's initiative (end of
+//     Close's grace) and the cancel of a statement a client leaves
+//     running; cancel.go: CancelRequests (sendCancel is the
+//     one place that dials the upstream for a cancel).
 //   - session.go: one session per client connection; its goroutine runs
 //     startup, then the two pumps, and waits for both.
 //   - startup.go, tls.go, cancel.go, auth.go: the startup phase.
@@ -39,9 +40,7 @@
 //     goroutine (session.run). Accept errors that may pass (EMFILE, ENFILE,
 //     ENOBUFS, ENOMEM, ECONNABORTED, EINTR, EPROTO, timeouts...) are
 //     retried after 5 ms, doubling to 1 s, with one WARN line per 10 s;
-//     any other ends Serve with the error (logged at ERROR). Close stops
-//     accepting and lets sessions end until its context is done, then
-//     closes them.
+//     any other ends Serve with the error (logged at ERROR).
 //  2. Startup negotiation (startup.go, tls.go, cancel.go). Packets are read
 //     unbuffered, at most 10000 bytes, under HandshakeTimeout. SSLRequest is
 //     answered 'S' plus a TLS handshake when Config.TLSConfig is set, 'N'
@@ -91,6 +90,14 @@
 //     connection at once, so that the backend does not run the statement
 //     to its end holding its locks. The session waits for both pumps,
 //     closes both connections and logs one line with its duration.
+//  8. Ends on the proxy's initiative (lifecycle.go). When Close's context
+//     ends before a session does, the session is cut: its relay stops at a
+//     message boundary (the server pump starts no new batch; reads are
+//     woken by deadlines, or by shutdown(SHUT_RD) in an event loop), then
+//     its own goroutine writes FATAL 57P01 under a 1 s write deadline,
+//     cancels a statement still running, and closes; Close logs at WARN
+//     how many sessions it cut, and each logs its end with kind shutdown
+//     and the SQLSTATE.
 //
 // # Simple protocol (simple.go, local.go)
 //
@@ -157,6 +164,9 @@
 //
 // # Debugging
 //
-// Each session logs with a "session" attribute; Stats counts sessions,
-// errors by kind, cancels, local answers, hidden queries and fast-path IDs.
+// Each session logs with a "session" attribute, and its end with the kind
+// of error and the SQLSTATE the client was told; Stats counts sessions,
+// errors by kind (too_many_clients and shutdown among them),
+// retried accepts, cancels (forwarded, and sent for statements left
+// running), local answers, hidden queries and fast-path IDs.
 package wire

@@ -20,10 +20,12 @@ const (
 	KindUnsupported                      // a request PostgreSQL would also refuse
 	KindUpstreamTLS                      // TLS with the server was required and failed
 	KindTooManyClients                   // refused: Config.MaxClients sessions already
+	KindShutdown                         // ended by the proxy at the end of Close's grace
 	numKinds
 )
 
-var kindNames = [numKinds]string{"", "client_protocol", "client_io", "tls", "upstream_dial", "upstream_io", "upstream_protocol", "unsupported", "upstream_tls", "too_many_clients"}
+var kindNames = [numKinds]string{"", "client_protocol", "client_io", "tls", "upstream_dial", "upstream_io", "upstream_protocol", "unsupported",
+	"upstream_tls", "too_many_clients", "shutdown"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -60,11 +62,16 @@ const (
 	codeInternal             = "XX000"
 	codeInvalidAuthorization = "28000"
 	codeTooManyConnections   = "53300"
+	codeAdminShutdown       = "57P01"
 )
 
-// errTooManyClients refuses a session beyond Config.MaxClients, with the
-// SQLSTATE and text of a server at max_connections.
-var errTooManyClients = &Error{Kind: KindTooManyClients, Code: codeTooManyConnections, Message: "sorry, too many clients already"}
+// Errors that end a session on the proxy's initiative, with PostgreSQL's
+// own SQLSTATEs and texts (the backend sends the same for max_connections
+// and a shutdown).
+var (
+	errTooManyClients = &Error{Kind: KindTooManyClients, Code: codeTooManyConnections, Message: "sorry, too many clients already"}
+	errShutdownCut    = &Error{Kind: KindShutdown, Code: codeAdminShutdown, Message: "terminating connection due to administrator command"}
+)
 
 // ErrProtocolViolation is matched by every client protocol error.
 var ErrProtocolViolation = errors.New("protocol violation")

@@ -1,8 +1,104 @@
 package wire
 
-import "context"
+import (
+	"context"
+	"errors"
+	"time"
+)
 
-// The end of a session that leaves a statement running on the server.
+// How sessions end on the proxy's initiative, at the end of Close's grace
+// (errShutdownCut), and what is left on the server when a client goes
+// away mid-statement.
+//
+// A cut never writes to the client from another goroutine: the session's
+// writers change hands between its pumps, the event loop and its own
+// goroutine without wmu. cut records the reason, cancels the session's
+// context and wakes whatever relays it (read deadlines for the pumps,
+// shutdown(SHUT_RD) of the descriptors an event loop polls); the server
+// pump starts no new batch once a cut is recorded, so the client's stream
+// stops at a message boundary; when everything has stopped, the session's
+// goroutine writes the FATAL ErrorResponse under a write deadline of
+// cutWrite (tellCut), cancels a statement still running on the server
+// (cancelStatement) and closes both connections.
+
+const (
+	// cutWrite bounds writing the FATAL of a cut to the client, and the
+	// writes of a pump that is still relaying when the cut comes.
+	cutWrite = time.Second
+	// cutWait is how long Close waits for cut sessions to end by
+	// themselves before it closes their connections.
+	cutWait = 2 * cutWrite
+)
+
+// errCut ends the server pump at the start of a batch after a cut.
+var errCut = errors.New("session cut")
+
+// cut ends the session with e, told to the client at the end (tellCut).
+// It reports false when the session was already cut.
+func (ss *session) cut(e *Error) bool {
+	if !ss.cutErr.CompareAndSwap(nil, e) {
+		return false
+	}
+	ss.cancel()
+	ss.connMu.Lock()
+	defer ss.connMu.Unlock()
+	now := time.Now()
+	_ = ss.client.SetReadDeadline(now)
+	_ = ss.client.SetWriteDeadline(now.Add(cutWrite))
+	if ss.server != nil {
+		_ = ss.server.SetDeadline(now)
+	}
+	// In the loop: both ends see end of input and the loop hands the
+	// session back; leaveLoop then applies the deadlines of a cancelled
+	// session, and the client's end can still be written.
+	for _, fd := range ss.loopFD {
+		if fd >= 0 {
+			shutdownReadFD(fd)
+		}
+	}
+	return true
+}
+
+// tellCut sends the client the FATAL of a cut once the session's relay has
+// stopped, unless the client may not be at a message boundary (a server
+// message was cut short, a write failed) or already got a FATAL. It
+// reports whether the FATAL was written.
+func (ss *session) tellCut(e *Error) bool {
+	if ss.cw == nil || ss.outBroken || ss.fatalSent.Load() || ss.sawFatal.Load() {
+		return false
+	}
+	ss.connMu.Lock()
+	if ss.aborted {
+		ss.connMu.Unlock()
+		return false
+	}
+	_ = ss.client.SetWriteDeadline(time.Now().Add(cutWrite))
+	ss.connMu.Unlock()
+	return ss.fatal(e) == nil
+}
+
+// cutAll cuts every session at the end of Close's grace and waits, at most
+// cutWait, until none is left (idle is closed then).
+func (s *Server) cutAll(idle <-chan struct{}) {
+	s.mu.Lock()
+	n, left := 0, len(s.sessions)
+	for ss := range s.sessions {
+		if ss.cut(errShutdownCut) {
+			n++
+		}
+	}
+	s.mu.Unlock()
+	if left == 0 {
+		return
+	}
+	s.log.Warn("shutdown grace ended: terminating sessions", "sessions", n)
+	t := time.NewTimer(cutWait)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
+}
 
 // busy reports whether a statement is outstanding on the server: something
 // was forwarded whose ReadyForQuery has not been relayed yet. It also

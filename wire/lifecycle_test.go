@@ -3,7 +3,10 @@ package wire
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -52,6 +55,18 @@ func wantFatal(t *testing.T, err error, code, msg string) {
 	if pe.Severity != "FATAL" || pe.Code != code || pe.Message != msg {
 		t.Fatalf("got %s %s %q, want FATAL %s %q", pe.Severity, pe.Code, pe.Message, code, msg)
 	}
+}
+
+// receiveFatal waits, at most 10 s, for what an idle client gets next.
+func receiveFatal(t *testing.T, c *pgconn.PgConn) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msg, err := c.ReceiveMessage(ctx)
+	if err == nil {
+		t.Fatalf("got %T, want an error", msg)
+	}
+	return err
 }
 
 // backendRunning reports whether pid is a backend of srv whose state is
@@ -118,6 +133,73 @@ func TestMaxClients(t *testing.T) {
 	execSQL(t, connectPg(t, url), "SELECT 1")
 	if n := p.Stats().Errors["too_many_clients"]; n != 1 {
 		t.Fatalf("too_many_clients = %d, want 1", n)
+	}
+}
+
+// Close whose context ends before the sessions do: a client idle in a
+// transaction and one waiting for its statement get FATAL 57P01, the
+// statement is cancelled on the server, and the ends are logged as cuts.
+func TestCloseCutsSessions(t *testing.T) {
+	srv := pgtest.Shared(t)
+	for _, m := range relayModes() {
+		t.Run(m.name, func(t *testing.T) {
+			var logs pgtest.SyncBuffer
+			cfg := m.cfg
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			p := serveProxy(t, srv, cfg)
+			url := p.url(srv, "postgres")
+			dc := connect(t, srv.URL("postgres"))
+
+			idle := connectPg(t, url)
+			execSQL(t, idle, "BEGIN")
+			execSQL(t, idle, "SELECT 1")
+			busy := connectPg(t, url)
+			execSQL(t, busy, "BEGIN")
+			running := make(chan error, 1)
+			go func() {
+				running <- busy.ExecParams(context.Background(), "SELECT pg_sleep(600)", nil, nil, nil, nil).Read().Err
+			}()
+			waitUntil(t, "the statement to run", func() bool { return backendRunning(t, dc, busy.PID(), "SELECT pg_sleep") })
+
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Close: %v", err)
+			}
+			if err := <-p.done; !errors.Is(err, ErrServerClosed) {
+				t.Fatalf("Serve: %v", err)
+			}
+			const shutdownMsg = "terminating connection due to administrator command"
+			wantFatal(t, <-running, "57P01", shutdownMsg)
+			wantFatal(t, receiveFatal(t, idle), "57P01", shutdownMsg)
+			waitUntil(t, "the cancelled backend to end", func() bool { return backendGone(t, dc, busy.PID()) })
+
+			checkLoopUsed(t, p, cfg)
+			st := p.Stats()
+			if st.Errors["shutdown"] != 2 || st.EndCancels != 1 {
+				t.Fatalf("shutdown = %d, end cancels = %d; want 2, 1", st.Errors["shutdown"], st.EndCancels)
+			}
+			out := logs.String()
+			if !strings.Contains(out, `level=WARN msg="shutdown grace ended: terminating sessions" component=wire sessions=2`) {
+				t.Fatalf("no WARN line with the number of sessions cut:\n%s", out)
+			}
+			ends := 0
+			for _, l := range strings.Split(out, "\n") {
+				if !strings.Contains(l, `msg="session end"`) {
+					continue
+				}
+				ends++
+				if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "kind=shutdown sqlstate=57P01 client_told=true") {
+					t.Fatalf("session end of a cut session: %s", l)
+				}
+			}
+			if ends != 2 {
+				t.Fatalf("%d session end lines, want 2:\n%s", ends, out)
+			}
+			if gs := wireGoroutines(); len(gs) > 0 {
+				t.Fatalf("%d goroutines left after Close:\n%s", len(gs), strings.Join(gs, "\n\n"))
+			}
+		})
 	}
 }
 

@@ -267,4 +267,6 @@ func closeFD(fd int) { _ = syscall.Close(fd) }
 
 func shutdownFD(fd int) { _ = syscall.Shutdown(fd, syscall.SHUT_RDWR) }
 
+func shutdownReadFD(fd int) { _ = syscall.Shutdown(fd, syscall.SHUT_RD) }
+
 const loopAvailable = true

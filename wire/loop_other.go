@@ -31,3 +31,5 @@ func (lp *eventLoop) stop() {}
 func (ss *session) serveInLoop(*eventLoop) (bool, error) { return false, nil }
 
 func shutdownFD(int) {}
+
+func shutdownReadFD(int) {}

@@ -103,6 +103,9 @@ func (ss *session) leaveLoop(x loopExit) error {
 				_ = c.Close()
 			}
 		}
+		// cw still writes to the descriptor, now closed: nothing more may
+		// be written to the client (tellCut).
+		ss.outBroken = true
 		ss.connMu.Unlock()
 		return &Error{Kind: KindClientIO, Message: "leave event loop", Err: err}
 	}

@@ -73,8 +73,16 @@ func (p *serverPump) step(typ byte) error {
 	if !p.locked {
 		ss.wmu.Lock()
 		p.locked = true
+		if ss.cutErr.Load() != nil {
+			// The session is being cut (lifecycle.go): the client's
+			// stream ends here, at a message boundary, for its FATAL.
+			_ = p.unlock()
+			return errCut
+		}
 	}
 	if err := p.handle(typ); err != nil {
+		// The message may have reached the client in part.
+		ss.outBroken = true
 		_ = p.unlock()
 		return err
 	}

@@ -223,8 +223,13 @@ func (s *Server) countError(err error) {
 }
 
 // Close stops accepting, lets running sessions finish until ctx is done,
-// then closes them, and waits for every goroutine of the server. It
-// returns ctx.Err() when sessions had to be closed.
+// then ends them, and waits for every goroutine of the server. It returns
+// ctx.Err() when sessions had to be ended.
+//
+// A session ended so is cut at a message boundary: its client gets FATAL
+// 57P01 (as from a server shutting down), a statement it left running is
+// cancelled on the server (lifecycle.go), and its connections are closed.
+// Sessions that have not ended cutWait later are closed without more ado.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.closing {
@@ -246,6 +251,7 @@ func (s *Server) Close(ctx context.Context) error {
 	case <-idle:
 	case <-ctx.Done():
 		err = ctx.Err()
+		s.cutAll(idle)
 	}
 	s.cancel()
 	s.mu.Lock()
@@ -293,4 +299,5 @@ const (
 	logDuration  = "duration"
 	logError     = "err"
 	logKind      = "kind"
+	logSQLState  = "sqlstate"
 )

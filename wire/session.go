@@ -69,13 +69,21 @@ type session struct {
 	clientGone atomic.Bool // the client pump has ended
 	sawFatal   atomic.Bool // the server sent a FATAL error: its close is expected
 	serverLost atomic.Bool // the server connection ended without the proxy asking
+	fatalSent  atomic.Bool // the proxy sent the client a FATAL error
 
-	// Lifecycle (lifecycle.go). relaying: startup is over. admitted: the
-	// session holds a MaxClients slot. syncs and readies count the
-	// client's Query, Sync and FunctionCall messages and the server's
-	// ReadyForQuery messages without a Rewriter (with one, the owed queue
-	// tells); readies is guarded by mu.
+	// Lifecycle (lifecycle.go). relaying: startup is over. cutErr: why
+	// the proxy ends the session (nil: it does not). outBroken: a server
+	// message may have reached the client in part (set by whoever runs the
+	// server steps, read by the session goroutine once they stopped).
+	// aborted: Close closed the connections (under connMu). admitted: the
+	// session holds a MaxClients slot. syncs and readies count the client's
+	// Query, Sync and FunctionCall messages and the server's ReadyForQuery
+	// messages without a Rewriter (with one, the owed queue tells); readies
+	// is guarded by mu.
 	relaying   atomic.Bool
+	cutErr     atomic.Pointer[Error]
+	outBroken  bool
+	aborted    bool
 	admitted   bool
 	syncs      atomic.Uint64
 	readies    uint64
@@ -152,6 +160,12 @@ func (ss *session) run() {
 	if err == nil {
 		err = ss.relay()
 	}
+	cut := ss.cutErr.Load()
+	told := false
+	if cut != nil {
+		told = ss.tellCut(cut)
+		err = cut
+	}
 	ss.cancelStatement()
 	ss.closeConns()
 	if errors.Is(err, errSessionDone) {
@@ -160,14 +174,23 @@ func (ss *session) run() {
 	if err != nil {
 		ss.srv.countError(err)
 	}
+	if err == nil && ss.user == "" {
+		return
+	}
+	k := kindOf(err)
 	lvl := slog.LevelInfo
-	if err != nil && kindOf(err) != 0 {
+	if k != 0 {
 		lvl = slog.LevelWarn
 	}
-	if err != nil || ss.user != "" {
-		ss.log.Log(context.Background(), lvl, "session end", logUser, ss.user, logDatabase, ss.db,
-			logDuration, time.Since(ss.start).String(), logError, err, logKind, kindOf(err).String())
+	attrs := []any{logUser, ss.user, logDatabase, ss.db, logDuration, time.Since(ss.start).String(), logError, err, logKind, k.String()}
+	var e *Error
+	if errors.As(err, &e) && e.Code != "" {
+		attrs = append(attrs, logSQLState, e.Code)
 	}
+	if cut != nil {
+		attrs = append(attrs, "client_told", told)
+	}
+	ss.log.Log(context.Background(), lvl, "session end", attrs...)
 }
 
 // errSessionDone ends a session that completed without a relay (cancel
@@ -179,6 +202,7 @@ func (ss *session) abort() {
 	ss.cancel()
 	ss.connMu.Lock()
 	defer ss.connMu.Unlock()
+	ss.aborted = true
 	_ = ss.client.SetDeadline(time.Now())
 	if ss.server != nil {
 		_ = ss.server.SetDeadline(time.Now())
@@ -300,10 +324,12 @@ func (ss *session) runPumps() (first error, again bool) {
 			break
 		}
 		if r.fromClient {
-			// The client is gone (or sent Terminate) while a statement
-			// runs: stop it now rather than let it run to its end holding
-			// its locks; nobody will read its result.
-			ss.cancelStatement()
+			if ss.cutErr.Load() == nil {
+				// The client is gone (or sent Terminate) while a statement
+				// runs: stop it now rather than let it run to its end
+				// holding its locks; nobody will read its result.
+				ss.cancelStatement()
+			}
 			if ss.cancelSent {
 				ss.deadline(ss.server, time.Now(), false)
 			} else {
@@ -354,7 +380,8 @@ func (ss *session) sendToClient(b []byte) error {
 }
 
 // fatal sends err to the client as a FATAL ErrorResponse.
-func (ss *session) fatal(err error) {
+func (ss *session) fatal(err error) error {
+	ss.fatalSent.Store(true)
 	b, _ := errorResponse(err).Encode(nil)
-	_ = ss.sendToClient(b)
+	return ss.sendToClient(b)
 }

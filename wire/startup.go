@@ -87,6 +87,7 @@ func readStartupPacket(r io.Reader) ([]byte, error) {
 
 // fatalRaw sends an ErrorResponse before the relay's writers exist.
 func (ss *session) fatalRaw(err error) {
+	ss.fatalSent.Store(true)
 	b, _ := errorResponse(err).Encode(nil)
 	_, _ = ss.client.Write(b)
 }
@@ -160,7 +161,7 @@ func (ss *session) connect(pkt []byte) error {
 	ss.cw = bufio.NewWriterSize(ss.client, ioBufferSize)
 	ss.cr = frameReader{r: bufio.NewReaderSize(ss.client, ioBufferSize), max: maxAuthMessage}
 	if err := ss.openServer(out); err != nil {
-		if kindOf(err) != KindUpstreamIO {
+		if kindOf(err) != KindUpstreamIO && ss.cutErr.Load() == nil {
 			ss.fatal(err)
 		}
 		return err
@@ -169,9 +170,14 @@ func (ss *session) connect(pkt []byte) error {
 }
 
 // upstreamLost reports a lost server connection to the client (08006).
+// After a cut the connection was ended by the proxy (lifecycle.go): the
+// client gets the cut's FATAL instead.
 func (ss *session) upstreamLost(err error) error {
 	e := &Error{Kind: KindUpstreamIO, Code: codeConnectionFailure,
 		Message: "snowflake-proxy: server closed the connection unexpectedly", Err: err}
+	if ss.cutErr.Load() != nil {
+		return e
+	}
 	ss.serverLost.Store(true)
 	if !ss.clientGone.Load() && !ss.sawFatal.Load() {
 		ss.fatal(e)
