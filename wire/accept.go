@@ -27,6 +27,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners[ln] = struct{}{}
 	s.wg.Add(1)
+	s.startReaper()
 	s.mu.Unlock()
 	defer s.wg.Done()
 	defer func() {

@@ -9,8 +9,8 @@
 //   - server.go: Config, Server, Close, Stats; accept.go: the accept loop
 //     (Serve) and its retries.
 //   - lifecycle.go: how sessions end on the proxy's initiative (end of
-//     Close's grace) and the cancel of a statement a client leaves
-//     running; cancel.go: CancelRequests (sendCancel is the
+//     Close's grace, IdleClientTimeout) and the cancel of a statement a
+//     client leaves running; cancel.go: CancelRequests (sendCancel is the
 //     one place that dials the upstream for a cancel).
 //   - session.go: one session per client connection; its goroutine runs
 //     startup, then the two pumps, and waits for both.
@@ -97,7 +97,11 @@
 //     its own goroutine writes FATAL 57P01 under a 1 s write deadline,
 //     cancels a statement still running, and closes; Close logs at WARN
 //     how many sessions it cut, and each logs its end with kind shutdown
-//     and the SQLSTATE.
+//     and the SQLSTATE. With Config.IdleClientTimeout, a reaper goroutine
+//     cuts sessions idle that long (no client message and no statement
+//     outstanding) with 57P05, or 25P03 inside a transaction; it reads no
+//     clock on the relay path, only each session's message counter once
+//     per tick.
 //
 // # Simple protocol (simple.go, local.go)
 //
@@ -166,7 +170,7 @@
 //
 // Each session logs with a "session" attribute, and its end with the kind
 // of error and the SQLSTATE the client was told; Stats counts sessions,
-// errors by kind (too_many_clients and shutdown among them),
+// errors by kind (too_many_clients, idle_timeout and shutdown among them),
 // retried accepts, cancels (forwarded, and sent for statements left
 // running), local answers, hidden queries and fast-path IDs.
 package wire

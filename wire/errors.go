@@ -20,12 +20,13 @@ const (
 	KindUnsupported                      // a request PostgreSQL would also refuse
 	KindUpstreamTLS                      // TLS with the server was required and failed
 	KindTooManyClients                   // refused: Config.MaxClients sessions already
+	KindIdleTimeout                      // ended by Config.IdleClientTimeout
 	KindShutdown                         // ended by the proxy at the end of Close's grace
 	numKinds
 )
 
 var kindNames = [numKinds]string{"", "client_protocol", "client_io", "tls", "upstream_dial", "upstream_io", "upstream_protocol", "unsupported",
-	"upstream_tls", "too_many_clients", "shutdown"}
+	"upstream_tls", "too_many_clients", "idle_timeout", "shutdown"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -62,15 +63,19 @@ const (
 	codeInternal             = "XX000"
 	codeInvalidAuthorization = "28000"
 	codeTooManyConnections   = "53300"
-	codeAdminShutdown       = "57P01"
+	codeAdminShutdown        = "57P01"
+	codeIdleSessionTimeout   = "57P05"
+	codeIdleInTxTimeout      = "25P03"
 )
 
 // Errors that end a session on the proxy's initiative, with PostgreSQL's
-// own SQLSTATEs and texts (the backend sends the same for max_connections
-// and a shutdown).
+// own SQLSTATEs and texts (the backend sends the same for max_connections,
+// a shutdown, idle_session_timeout and idle_in_transaction_session_timeout).
 var (
 	errTooManyClients = &Error{Kind: KindTooManyClients, Code: codeTooManyConnections, Message: "sorry, too many clients already"}
 	errShutdownCut    = &Error{Kind: KindShutdown, Code: codeAdminShutdown, Message: "terminating connection due to administrator command"}
+	errIdleCut        = &Error{Kind: KindIdleTimeout, Code: codeIdleSessionTimeout, Message: "terminating connection due to idle-session timeout"}
+	errIdleInTxCut    = &Error{Kind: KindIdleTimeout, Code: codeIdleInTxTimeout, Message: "terminating connection due to idle-in-transaction timeout"}
 )
 
 // ErrProtocolViolation is matched by every client protocol error.

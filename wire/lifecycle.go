@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// How sessions end on the proxy's initiative, at the end of Close's grace
-// (errShutdownCut), and what is left on the server when a client goes
-// away mid-statement.
+// How sessions end on the proxy's initiative: at the end of Close's grace
+// (errShutdownCut), after Config.IdleClientTimeout (errIdleCut), and what
+// is left on the server when a client goes away mid-statement.
 //
 // A cut never writes to the client from another goroutine: the session's
 // writers change hands between its pumps, the event loop and its own
@@ -133,4 +133,77 @@ func (ss *session) cancelStatement() {
 	}
 	ss.srv.stats.endCancels.Add(1)
 	ss.log.Debug("statement left running cancelled")
+}
+
+// Idle sessions (Config.IdleClientTimeout).
+//
+// No clock is read on the relay path: one reaper goroutine ticks every
+// idlePeriod and looks at each relaying session's message counter
+// (session.msgs, which the client steps advance anyway, in the pumps and
+// in the event loops alike) and at whether a statement is outstanding
+// (busy). A session seen quiet with the same counter on ticks spanning the
+// timeout has been idle at least that long: it cannot turn busy without a
+// client message. A late tick only makes the cut later.
+
+// idlePeriod is the reaper's tick for timeout d: an eighth of it, within
+// 1 ms .. 1 s. A session is cut between d and d plus two ticks after its
+// client went quiet.
+func idlePeriod(d time.Duration) time.Duration {
+	return min(max(d/8, time.Millisecond), time.Second)
+}
+
+// startReaper starts the idle reaper once (s.mu held).
+func (s *Server) startReaper() {
+	if s.reaping || s.cfg.IdleClientTimeout <= 0 {
+		return
+	}
+	s.reaping = true
+	s.wg.Add(1)
+	go s.reap()
+}
+
+func (s *Server) reap() {
+	defer s.wg.Done()
+	period := idlePeriod(s.cfg.IdleClientTimeout)
+	limit := uint64((s.cfg.IdleClientTimeout + period - 1) / period)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var tick uint64
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		tick++
+		s.mu.Lock()
+		for ss := range s.sessions {
+			if idle, status := ss.idleTicks(tick); idle >= limit {
+				e := errIdleCut
+				if status != 'I' {
+					e = errIdleInTxCut
+				}
+				ss.cut(e)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// idleTicks returns for how many ticks the session has been seen idle, and
+// its transaction status. Reaper only (under Server.mu).
+func (ss *session) idleTicks(tick uint64) (uint64, byte) {
+	if !ss.relaying.Load() || ss.cutErr.Load() != nil {
+		return 0, 0
+	}
+	m := ss.msgs.Load()
+	b, status := ss.busy()
+	if b || m != ss.reapMsgs {
+		ss.reapMsgs, ss.reapSince = m, 0
+		return 0, status
+	}
+	if ss.reapSince == 0 {
+		ss.reapSince = tick
+	}
+	return tick - ss.reapSince, status
 }

@@ -136,6 +136,37 @@ func TestMaxClients(t *testing.T) {
 	}
 }
 
+// A session idle for IdleClientTimeout is ended as PostgreSQL's
+// idle_session_timeout and idle_in_transaction_session_timeout end it; a
+// statement running longer than the timeout is not idle.
+func TestIdleClientTimeout(t *testing.T) {
+	srv := pgtest.Shared(t)
+	for _, m := range relayModes() {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := m.cfg
+			cfg.IdleClientTimeout = 300 * time.Millisecond
+			p := startProxy(t, srv, cfg)
+			url := p.url(srv, "postgres")
+
+			c := connectPg(t, url)
+			execSQL(t, c, "SELECT pg_sleep(1.5)")
+			execSQL(t, c, "SELECT 1")
+			wantFatal(t, receiveFatal(t, c), "57P05", "terminating connection due to idle-session timeout")
+
+			c = connectPg(t, url)
+			execSQL(t, c, "BEGIN")
+			wantFatal(t, receiveFatal(t, c), "25P03", "terminating connection due to idle-in-transaction timeout")
+
+			waitUntil(t, "the sessions to end", func() bool { return p.Stats().Active == 0 })
+			if n := p.Stats().Errors["idle_timeout"]; n != 2 {
+				t.Fatalf("idle_timeout = %d, want 2", n)
+			}
+			checkLoopUsed(t, p, cfg)
+		})
+	}
+}
+
 // Close whose context ends before the sessions do: a client idle in a
 // transaction and one waiting for its statement get FATAL 57P01, the
 // statement is cancelled on the server, and the ends are logged as cuts.

@@ -48,6 +48,13 @@ type Config struct {
 	DialTimeout time.Duration
 	// HandshakeTimeout bounds startup, TLS and authentication. 0: 30s.
 	HandshakeTimeout time.Duration
+	// IdleClientTimeout ends a session whose client has sent nothing for
+	// that long while no statement is outstanding on the server (after a
+	// ReadyForQuery with nothing forwarded since; a statement that runs
+	// longer is not idle): the client gets FATAL 57P05, or 25P03 inside a
+	// transaction, as from PostgreSQL's idle_session_timeout and
+	// idle_in_transaction_session_timeout. 0: off.
+	IdleClientTimeout time.Duration
 	// MaxClients bounds the sessions past their startup packet; a client
 	// beyond it gets FATAL 53300 "sorry, too many clients already", as from
 	// a server at max_connections. Cancel requests are always served.
@@ -112,6 +119,7 @@ type Server struct {
 	closing   bool
 	closed    chan struct{} // closed when closing is set
 	idle      chan struct{} // closed when closing and no session is left
+	reaping   bool          // the idle reaper runs (lifecycle.go)
 
 	clients atomic.Int64 // sessions holding a MaxClients slot
 
@@ -148,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("wire: node %d out of range 0..1023", cfg.Node)
 	}
 	if cfg.MaxMessageSize < 0 || cfg.DialTimeout < 0 || cfg.HandshakeTimeout < 0 || cfg.ShutdownGrace < 0 ||
-		cfg.MaxClients < 0 {
+		cfg.IdleClientTimeout < 0 || cfg.MaxClients < 0 {
 		return nil, errors.New("wire: negative limit")
 	}
 	if cfg.MaxMessageSize == 0 {

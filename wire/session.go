@@ -79,7 +79,7 @@ type session struct {
 	// session holds a MaxClients slot. syncs and readies count the client's
 	// Query, Sync and FunctionCall messages and the server's ReadyForQuery
 	// messages without a Rewriter (with one, the owed queue tells); readies
-	// is guarded by mu.
+	// is guarded by mu. reapMsgs and reapSince belong to the idle reaper.
 	relaying   atomic.Bool
 	cutErr     atomic.Pointer[Error]
 	outBroken  bool
@@ -87,6 +87,8 @@ type session struct {
 	admitted   bool
 	syncs      atomic.Uint64
 	readies    uint64
+	reapMsgs   uint64
+	reapSince  uint64
 	cancelSent bool
 	// The server's BackendKeyData (auth.go), for cancelStatement. The key
 	// is 4 bytes in protocol 3.0, up to 256 in 3.2: kept as sent.
@@ -179,7 +181,7 @@ func (ss *session) run() {
 	}
 	k := kindOf(err)
 	lvl := slog.LevelInfo
-	if k != 0 {
+	if k != 0 && k != KindIdleTimeout {
 		lvl = slog.LevelWarn
 	}
 	attrs := []any{logUser, ss.user, logDatabase, ss.db, logDuration, time.Since(ss.start).String(), logError, err, logKind, k.String()}

@@ -66,6 +66,10 @@ type Config struct {
 	// MaxClients is wire.Config.MaxClients: sessions beyond it get FATAL
 	// 53300. 0: unlimited.
 	MaxClients int
+	// IdleClientTimeout is wire.Config.IdleClientTimeout: a session idle
+	// that long is ended with FATAL 57P05 (25P03 in a transaction).
+	// 0: off.
+	IdleClientTimeout time.Duration
 }
 
 // App is a running proxy.
@@ -199,18 +203,19 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.services = services
 	server, err := wire.New(wire.Config{
-		Upstream:         up.wire,
-		TLSConfig:        tlsConfig,
-		RequireTLS:       cfg.RequireTLS,
-		DialTimeout:      cfg.DialTimeout,
-		HandshakeTimeout: cfg.HandshakeTimeout,
-		Rewriter:         rewrite.New(rewrite.Config{}),
-		Snowflakes:       services,
-		Node:             cfg.Node,
-		Logger:           cfg.Logger,
-		EventLoops:       cfg.EventLoops,
-		QueryInserts:     cfg.QueryInserts,
-		MaxClients:       cfg.MaxClients,
+		Upstream:          up.wire,
+		TLSConfig:         tlsConfig,
+		RequireTLS:        cfg.RequireTLS,
+		DialTimeout:       cfg.DialTimeout,
+		HandshakeTimeout:  cfg.HandshakeTimeout,
+		Rewriter:          rewrite.New(rewrite.Config{}),
+		Snowflakes:        services,
+		Node:              cfg.Node,
+		Logger:            cfg.Logger,
+		EventLoops:        cfg.EventLoops,
+		QueryInserts:      cfg.QueryInserts,
+		MaxClients:        cfg.MaxClients,
+		IdleClientTimeout: cfg.IdleClientTimeout,
 	})
 	if err != nil {
 		return nil, err

@@ -9,18 +9,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func start(t *testing.T) *App {
+func start(t *testing.T) *App { return startConfig(t, Config{}) }
+
+// startConfig starts an App in front of the shared server with cfg's
+// limits.
+func startConfig(t *testing.T, cfg Config) *App {
 	t.Helper()
 	srv := pgtest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a, err := Start(ctx, Config{Listen: "127.0.0.1:0", Upstream: srv.URL("postgres"), Node: 1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg.Listen, cfg.Upstream, cfg.Node = "127.0.0.1:0", srv.URL("postgres"), 1
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,5 +79,29 @@ func TestDoneAfterClose(t *testing.T) {
 	}
 	if err := a.Err(); err != nil {
 		t.Fatalf("Err after Close: %v", err)
+	}
+}
+
+// MaxClients and IdleClientTimeout reach the wire server: a second client
+// is refused with 53300, and the first, idle, is ended with 57P05.
+func TestSessionLimitsReachWire(t *testing.T) {
+	a := startConfig(t, Config{MaxClients: 1, IdleClientTimeout: 200 * time.Millisecond})
+	defer closeApp(t, a)
+	srv := pgtest.Shared(t)
+	host, port, _ := net.SplitHostPort(a.Addr())
+	url := "postgres://" + srv.Superuser() + "@" + host + ":" + port + "/postgres?sslmode=disable"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgconn.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var pe *pgconn.PgError
+	if _, err := pgconn.Connect(ctx, url); !errors.As(err, &pe) || pe.Code != "53300" {
+		t.Fatalf("second client: %v, want 53300", err)
+	}
+	if _, err := c.ReceiveMessage(ctx); !errors.As(err, &pe) || pe.Code != "57P05" {
+		t.Fatalf("idle client: %v, want 57P05", err)
 	}
 }
