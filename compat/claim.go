@@ -1,5 +1,65 @@
 package compat
 
+// The node claim: how a proxy learns that another live proxy uses its
+// --node on the same database, in a way no other database role can fake or
+// block.
+//
+// A claim is a session advisory lock, held on a dedicated control
+// connection per database, so it disappears with the proxy. Advisory locks
+// share one namespace open to every role, and pg_locks shows every held key
+// to every role, so the key itself cannot be a secret: a fixed key (or one
+// derived from a secret) lets any role take it first and make the proxy
+// believe another proxy runs, which turned its fast path off. So the
+// decision rests on privileges, not on the key:
+//
+//   - the key of node N is a random 64-bit number kept in the private table
+//     snowflake._claims (claimdb.go), which only the proxies' control roles
+//     read and write (no privilege for PUBLIC). Only a control connection
+//     creates it, after the shim is installed, never inside a client's
+//     transaction;
+//   - a proxy claims in one short transaction that locks the node's row
+//     (SELECT ... FOR UPDATE), so claims of one node are serialised, and
+//     takes the advisory lock on the row's key with pg_try_advisory_lock;
+//   - when another session holds that key, pg_locks and pg_stat_activity
+//     (readable by every role) name its role. If that role may UPDATE the
+//     table (itself or through a role it may SET ROLE to) it is trusted:
+//     another proxy (or an administrator), a real conflict, reported as
+//     before. Otherwise it is a squatter: the proxy takes a fresh random
+//     key, stores it in the row and goes on, logging a warning that names
+//     the squatter;
+//   - while a proxy holds its key, its heartbeat reads the row back; when
+//     the key there is no longer its own (the table was dropped with the
+//     shim and created again, or a privileged role changed it) it lets go
+//     and claims again, so that proxies never hold different keys for one
+//     node for longer than a heartbeat.
+//
+// What a role without privileges on the table can do: read a key from
+// pg_locks while a proxy holds it, queue for it and hold it after that
+// proxy stops, hold any other key. All this costs the next proxy one key
+// rotation and a warning in its log; it cannot keep a proxy's claim from
+// succeeding, cannot stop it from seeing a real conflict (it never holds
+// the current key while a proxy does: locks are exclusive), and cannot make
+// it report a conflict, because only a holder whose role may UPDATE the
+// table counts as a proxy. It cannot predict the next key (crypto/rand) nor
+// change the row. A session that takes a key while a proxy holds the row
+// lock cannot be a proxy (proxies take keys only under that row lock), so
+// judging holders by their role is safe even when holders come and go.
+//
+// A role that may UPDATE the table is trusted with the claim by
+// construction: it could as well rewrite the key. The table has no
+// privilege for PUBLIC; roles granted privileges on it by default
+// privileges or by hand are trusted too.
+//
+// DROP EXTENSION drops the table with the shim (sql/drop.sql); the next
+// heartbeat finds it gone and claims again once the shim is back.
+//
+// Without the shim there is no fast path and no claim: the claim reports
+// ErrNoShim and tries again (at the next heartbeat, or at the next Nextval
+// after noShimBackoff). A control role that can neither create the table
+// (CREATE on schema snowflake: a superuser, the schema's owner or a grant)
+// nor use an existing one cannot claim its node: the fast path stays off on
+// that database and the reason is logged once at ERROR.
+
 import (
 	"context"
 	"errors"
@@ -12,57 +72,68 @@ import (
 
 // ErrNodeClaimed is returned (wrapped) by Nextval when another live proxy
 // holds this proxy's node on the database.
-var ErrNodeClaimed = errors.New("compat: node claimed by another proxy")
-
-// claimKeyBase tags node-claim advisory locks: the key of node N is
-// claimKeyBase | N ('S','N' in the high 32 bits). The shim's per-sequence
-// locks use 0x5346 ('S','F') and never collide.
-const claimKeyBase int64 = 0x534E << 32
+var ErrNodeClaimed = errors.New("compat: node claim held by another proxy")
 
 // claimTimeout bounds one claim attempt or heartbeat.
 const claimTimeout = 10 * time.Second
 
-// ClaimKey returns the advisory lock key of the claim of node.
-func ClaimKey(node int) int64 { return claimKeyBase | int64(node) }
-
-// claim is the proxy's claim of its node on one database: a session
-// advisory lock held on a dedicated connection, so it disappears by itself
-// if the proxy dies. A heartbeat pings the connection, re-claims after a
-// reconnect and retries while someone else holds the claim.
+// claim is the proxy's claim of its node on one database. Its goroutine
+// (run) makes the first attempt, then at each heartbeat verifies a held
+// claim or attempts again.
 type claim struct {
-	s     *Service
-	db    string
-	ready chan struct{} // closed after the first attempt
+	s    *Service
+	db   string
+	kick chan struct{} // capacity 1: attempt or verify now
 
-	mu     sync.Mutex
-	conn   *pgx.Conn // holds the lock; nil when not held
-	err    error     // why the claim is not held; nil when held
-	logged bool      // the conflict was logged
+	mu sync.Mutex
+	// ready is closed after the first attempt started at generation gen or
+	// later; pending is true until then. retry bumps gen, so that callers
+	// wait for an attempt that sees what changed.
+	ready   chan struct{}
+	pending bool
+	gen     uint64
+	stopped bool      // the goroutine is gone: nothing closes a new ready
+	conn    *pgx.Conn // holds the lock on key; nil when not held
+	key     int64
+	err     error     // why the claim is not held; nil when held
+	last    time.Time // end of the last attempt
+	// reported is the kind of problem logged at ERROR ("conflict",
+	// "table"), so each is logged once until the claim is held again.
+	reported string
+	// beats counts heartbeats (verifications and attempts), attempts the
+	// attempts among them; for tests.
+	beats, attempts int
 }
 
 func newClaim(s *Service, db string) *claim {
-	return &claim{s: s, db: db, ready: make(chan struct{})}
+	return &claim{s: s, db: db, kick: make(chan struct{}, 1), ready: make(chan struct{}), pending: true}
 }
 
-// check waits for the first attempt and reports whether the claim is held.
+// check waits for the current attempt and reports whether the claim is
+// held.
 func (c *claim) check(ctx context.Context) error {
+	c.mu.Lock()
+	c.retryNoShimLocked()
+	ready := c.ready
+	c.mu.Unlock()
 	select {
-	case <-c.ready:
+	case <-ready:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	return c.result()
 }
 
-// settled is check without waiting: done false while the first attempt
-// runs.
+// settled is check without waiting: done false while an attempt that
+// callers wait for runs.
 func (c *claim) settled() (done bool, err error) {
-	select {
-	case <-c.ready:
-		return true, c.result()
-	default:
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.retryNoShimLocked()
+	if c.pending {
 		return false, nil
 	}
+	return true, c.err
 }
 
 func (c *claim) result() error {
@@ -71,38 +142,106 @@ func (c *claim) result() error {
 	return c.err
 }
 
-// run is the claim's goroutine: first attempt, then heartbeats until the
-// Service closes, when the connection (and with it the lock) is released.
+// retry makes callers wait for a new attempt when the claim is not held
+// (the shim may have appeared), and has a held claim verified now.
+func (c *claim) retry() {
+	c.mu.Lock()
+	if c.conn == nil {
+		c.rearmLocked()
+	}
+	c.mu.Unlock()
+	c.nudge()
+}
+
+// retryNoShimLocked starts a new attempt on demand when the last one found
+// no shim, at most every noShimBackoff: a shim installed meanwhile is then
+// found at the next use, not at the next heartbeat.
+func (c *claim) retryNoShimLocked() {
+	if c.pending || !errors.Is(c.err, ErrNoShim) || time.Since(c.last) < noShimBackoff {
+		return
+	}
+	c.rearmLocked()
+	c.nudge()
+}
+
+func (c *claim) rearmLocked() {
+	if c.stopped {
+		return
+	}
+	c.gen++
+	if !c.pending {
+		c.ready = make(chan struct{})
+		c.pending = true
+	}
+}
+
+func (c *claim) nudge() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// done records the end of an attempt that started at generation gen.
+func (c *claim) done(gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last = time.Now()
+	if c.pending && gen == c.gen {
+		close(c.ready)
+		c.pending = false
+	}
+}
+
+// run is the claim's goroutine: attempts and heartbeats until the Service
+// closes, when the connection (and with it the lock) is released.
 func (c *claim) run() {
 	defer c.s.wg.Done()
-	c.attempt()
-	close(c.ready)
 	t := time.NewTicker(c.s.cfg.Heartbeat)
 	defer t.Stop()
 	for {
+		c.mu.Lock()
+		gen := c.gen
+		c.mu.Unlock()
+		c.heartbeat()
+		c.done(gen)
 		select {
 		case <-c.s.ctx.Done():
 			c.release()
+			c.mu.Lock()
+			c.stopped = true
+			if c.pending {
+				close(c.ready)
+				c.pending = false
+			}
+			c.mu.Unlock()
 			return
 		case <-t.C:
-			c.heartbeat()
+		case <-c.kick:
 		}
 	}
 }
 
-// heartbeat pings a held claim and re-claims one that is not held.
+// heartbeat verifies a held claim and attempts one that is not held.
 func (c *claim) heartbeat() {
 	c.mu.Lock()
-	conn := c.conn
+	c.beats++
+	conn, key := c.conn, c.key
 	c.mu.Unlock()
 	if conn != nil {
 		ctx, cancel := context.WithTimeout(c.s.ctx, claimTimeout)
-		err := conn.Ping(ctx)
+		st, err := verifyClaim(ctx, conn, c.s.cfg.Node, key)
 		cancel()
-		if err == nil {
+		switch {
+		case err != nil:
+			c.s.log.Warn("node claim connection lost; claiming again", "database", c.db, "node", c.s.cfg.Node, "err", err)
+		case st == claimGone:
+			c.s.log.Info("node claim table is gone (DROP EXTENSION?); claiming again", "database", c.db, "node", c.s.cfg.Node)
+		case st == claimMoved:
+			c.s.log.Warn("node claim key was changed in snowflake._claims; claiming again", "database", c.db, "node", c.s.cfg.Node)
+		default:
 			return
 		}
-		c.s.log.Warn("node claim connection lost; re-claiming", "database", c.db, "node", c.s.cfg.Node, "err", err)
 		c.release()
 	}
 	c.attempt()
@@ -110,6 +249,9 @@ func (c *claim) heartbeat() {
 
 // attempt connects and tries to take the claim once.
 func (c *claim) attempt() {
+	c.mu.Lock()
+	c.attempts++
+	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(c.s.ctx, claimTimeout)
 	defer cancel()
 	node := c.s.cfg.Node
@@ -118,59 +260,63 @@ func (c *claim) attempt() {
 	cfg.RuntimeParams["application_name"] = fmt.Sprintf("snowflake-proxy node %d claim", node)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		c.set(nil, fmt.Errorf("compat: node claim on %q: %w", c.db, err))
+		c.set(nil, 0, fmt.Errorf("compat: node claim on %q: %w", c.db, err))
 		return
 	}
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, ClaimKey(node)).Scan(&ok); err != nil {
-		_ = conn.Close(ctx)
-		c.set(nil, fmt.Errorf("compat: node claim on %q: %w", c.db, err))
-		return
-	}
-	if ok {
-		c.mu.Lock()
-		wasConflict := c.logged
-		c.logged = false
-		c.mu.Unlock()
-		if wasConflict {
-			c.s.log.Info("node claim acquired after the other proxy went away", "database", c.db, "node", node)
-		}
-		c.set(conn, nil)
-		return
-	}
-	holder := c.holder(ctx, conn, node)
-	_ = conn.Close(ctx)
-	err = fmt.Errorf("%w: node %d on database %q is held by %s", ErrNodeClaimed, node, c.db, holder)
-	c.mu.Lock()
-	first := !c.logged
-	c.logged = true
-	c.mu.Unlock()
-	if first {
-		c.s.log.Error("two proxies use the same node on one database: IDs from this proxy's fast path are disabled there until the other one stops (configure a distinct --node per proxy)",
-			"database", c.db, "node", node, "holder", holder)
-	}
-	c.set(nil, err)
-}
-
-// holder describes the session that holds the claim, for the log.
-func (c *claim) holder(ctx context.Context, conn *pgx.Conn, node int) string {
-	var pid int32
-	var app, addr string
-	err := conn.QueryRow(ctx, `
-		SELECT l.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local')
-		FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-		  AND l.classid = $1::pg_catalog.oid AND l.objid = $2::pg_catalog.oid
-		LIMIT 1`, uint32(ClaimKey(node)>>32), uint32(node)).Scan(&pid, &app, &addr)
+	res, err := takeClaim(ctx, conn, node)
 	if err != nil {
-		return "another session"
+		closeConn(conn)
+		if errors.Is(err, ErrNoShim) {
+			c.set(nil, 0, fmt.Errorf("%w (database %q): no node claim without the shim", ErrNoShim, c.db))
+			return
+		}
+		err = fmt.Errorf("compat: node claim on %q: %w", c.db, err)
+		if errors.Is(err, errClaimTable) && c.report("table") {
+			c.s.log.Error("this proxy cannot claim its node: IDs from its fast path are disabled on this database until its control role may create snowflake._claims (CREATE on schema snowflake) or use it (SELECT, INSERT, UPDATE)",
+				"database", c.db, "node", node, "err", err)
+		}
+		c.set(nil, 0, err)
+		return
 	}
-	return fmt.Sprintf("backend pid %d (application_name %q, client %s)", pid, app, addr)
+	for _, h := range res.squatters {
+		c.s.log.Warn("a session whose role may not use snowflake._claims held this node's claim key; the claim moved to a new key (such a role can neither block nor fake the claim)",
+			"database", c.db, "node", node, "squatter", h.String())
+	}
+	if res.holder != nil {
+		closeConn(conn)
+		err = fmt.Errorf("%w: node %d on database %q is held by %s", ErrNodeClaimed, node, c.db, res.holder)
+		if c.report("conflict") {
+			c.s.log.Error("two proxies use the same node on one database: IDs from this proxy's fast path are disabled there until the other one stops (configure a distinct --node per proxy)",
+				"database", c.db, "node", node, "holder", res.holder.String())
+		}
+		c.set(nil, 0, err)
+		return
+	}
+	c.mu.Lock()
+	wasConflict := c.reported == "conflict"
+	c.reported = ""
+	c.mu.Unlock()
+	if wasConflict {
+		c.s.log.Info("node claim acquired after the other proxy went away", "database", c.db, "node", node)
+	}
+	c.set(conn, res.key, nil)
 }
 
-func (c *claim) set(conn *pgx.Conn, err error) {
+// report records that a problem of kind is logged and says whether it is
+// new (not logged since the claim was last held).
+func (c *claim) report(kind string) bool {
 	c.mu.Lock()
-	c.conn, c.err = conn, err
+	defer c.mu.Unlock()
+	if c.reported == kind {
+		return false
+	}
+	c.reported = kind
+	return true
+}
+
+func (c *claim) set(conn *pgx.Conn, key int64, err error) {
+	c.mu.Lock()
+	c.conn, c.key, c.err = conn, key, err
 	c.mu.Unlock()
 }
 
@@ -184,8 +330,12 @@ func (c *claim) release() {
 	}
 	c.mu.Unlock()
 	if conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-		_ = conn.Close(ctx)
-		cancel()
+		closeConn(conn)
 	}
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	_ = conn.Close(ctx)
+	cancel()
 }

@@ -11,9 +11,12 @@
 //   - the lease store (leasestore.go): generator.LeaseStore on a small pgx
 //     pool per database (pools.go), reserving windows of positions through
 //     the shim's snowflake._lease function, one round trip per lease;
-//   - the node claim (claim.go): one session advisory lock per database on
-//     a dedicated control connection, so two live proxies with one node id
-//     on one database are reported instead of silently issuing duplicates.
+//   - the node claim (claim.go, claimdb.go): one session advisory lock per
+//     database on a dedicated control connection, so two live proxies with
+//     one node id on one database are reported instead of silently issuing
+//     duplicates. Its key lives in the private table snowflake._claims, and
+//     only a holder whose role may update that table counts as a proxy: no
+//     other role can block or fake the claim (design in claim.go).
 //
 // Service (service.go) ties them together and implements wire.Snowflakes.
 //

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
-	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 func newService(t *testing.T, url string, node int, log *slog.Logger) *Service {
@@ -197,58 +195,6 @@ func TestServiceAndShimInterleave(t *testing.T) {
 		if generator.PositionOf(id) > generator.PositionOf(lv) {
 			t.Fatalf("S.last_value %d below issued %d", lv, id)
 		}
-	}
-}
-
-func TestNodeClaimConflict(t *testing.T) {
-	url := newDB(t)
-	c := connect(t, url)
-	install(t, c)
-	mustExec(t, c, "CREATE SEQUENCE s")
-	db, oid := dbName(t, c), seqOID(t, c, "s")
-
-	a := newService(t, url, 6, nil)
-	if _, err := a.Nextval(ctxT(t), db, oid, 6); err != nil {
-		t.Fatal(err)
-	}
-	var logBuf pgtest.SyncBuffer
-	b := newService(t, url, 6, slog.New(slog.NewTextHandler(&logBuf, nil)))
-	_, err := b.Nextval(ctxT(t), db, oid, 6)
-	if !errors.Is(err, ErrNodeClaimed) {
-		t.Fatalf("second proxy with node 6: %v", err)
-	}
-	_, err = b.Nextval(ctxT(t), db, oid, 6)
-	if !errors.Is(err, ErrNodeClaimed) {
-		t.Fatalf("second call: %v", err)
-	}
-	// Another node on b is not affected (a session's SET snowflake.node).
-	if _, err := b.Nextval(ctxT(t), db, oid, 8); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond) // a few heartbeats: still logged once
-	if n := strings.Count(logBuf.String(), "two proxies use the same node"); n != 1 {
-		t.Fatalf("conflict logged %d times:\n%s", n, logBuf.String())
-	}
-	if !strings.Contains(logBuf.String(), "node=6") || !strings.Contains(logBuf.String(), "database="+db) {
-		t.Fatalf("log lacks node/database:\n%s", logBuf.String())
-	}
-	// When a goes away, b takes the claim over at a heartbeat.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	a.Close(ctx)
-	cancel()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, err = b.Nextval(ctxT(t), db, oid, 6)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claim not taken over: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if queryInt(t, c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 6 AND classid = $1", int64(ClaimKey(6)>>32)) != 1 {
-		t.Fatal("claim lock not held")
 	}
 }
 

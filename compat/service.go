@@ -19,7 +19,8 @@ const (
 	// DefaultMaxConns bounds each per-database control pool: leases are
 	// rare (one per sequence and node every LeaseDuration/2 or so).
 	DefaultMaxConns = 4
-	// DefaultHeartbeat is how often a node claim's connection is pinged.
+	// DefaultHeartbeat is how often a held node claim is verified, and a
+	// claim not held is attempted again.
 	DefaultHeartbeat = 5 * time.Second
 )
 
@@ -33,7 +34,7 @@ type Config struct {
 	// for each pool. Empty: pgx defaults (PG* environment variables).
 	ControlURL string
 	// Logger receives errors worth a human's attention (node claim
-	// conflicts, failed leases). Nil: slog.Default().
+	// conflicts and squatters, failed leases). Nil: slog.Default().
 	Logger *slog.Logger
 	// Node is the proxy's own node id (--node). When set (1..1023), the
 	// first Nextval with that node on a database claims it there (claim.go).
@@ -47,8 +48,8 @@ type Config struct {
 	Clock generator.Clock
 	// MaxConns bounds each per-database pool. 0: DefaultMaxConns.
 	MaxConns int32
-	// Heartbeat is the interval between pings of a claim connection, and of
-	// retries of a claim held by someone else. 0: DefaultHeartbeat.
+	// Heartbeat is the interval between verifications of a held claim, and
+	// between attempts of a claim not held. 0: DefaultHeartbeat.
 	Heartbeat time.Duration
 	// PendingWait bounds how long a first lease of a (sequence, node) waits
 	// for older transactions to end (LeaseStore.PendingWait). 0:
@@ -192,8 +193,16 @@ func (s *Service) ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (str
 
 // ExtensionChanged tells the Service that CREATE/DROP/ALTER EXTENSION went
 // through on database, so that a shim remembered as missing is looked for
-// again at once.
-func (s *Service) ExtensionChanged(database string) { s.store.ForgetMissingShim(database) }
+// again at once, by the leases and by the node claim.
+func (s *Service) ExtensionChanged(database string) {
+	s.store.ForgetMissingShim(database)
+	s.mu.Lock()
+	c := s.claims[database]
+	s.mu.Unlock()
+	if c != nil {
+		c.retry()
+	}
+}
 
 // Store returns the Service's LeaseStore (for tests and tools).
 func (s *Service) Store() *LeaseStore { return s.store }

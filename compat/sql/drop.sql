@@ -38,6 +38,14 @@ BEGIN
         WHERE c.relnamespace = 'snowflake'::pg_catalog.regnamespace AND c.relkind = 'S'
           AND (c.relname = 'id_seq' OR c.relname LIKE '\_hw\_%')
         UNION ALL
+        -- The proxies' node claim table (compat/claimdb.go) and the
+        -- constraints that depend on it.
+        SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.oid
+        FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass('snowflake._claims')
+        UNION ALL
+        SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, k.oid
+        FROM pg_catalog.pg_constraint k WHERE k.conrelid = pg_catalog.to_regclass('snowflake._claims')
+        UNION ALL
         SELECT 'pg_catalog.pg_event_trigger'::pg_catalog.regclass, e.oid
         FROM pg_catalog.pg_event_trigger e WHERE e.evtname LIKE 'snowflake\_%'
         UNION ALL
@@ -101,6 +109,9 @@ BEGIN
                        AND (c.relname = 'id_seq' OR c.relname LIKE '\_hw\_%') LOOP
                 EXECUTE pg_catalog.format('DROP SEQUENCE snowflake.%I CASCADE', r.relname);
             END LOOP;
+            -- The proxies' claim table, owned by their control role: the
+            -- schema's owner may drop it.
+            DROP TABLE IF EXISTS snowflake._claims;
         END IF;
         PERFORM pg_catalog.set_config('client_min_messages', v_cmm, true);
     END;
