@@ -9,7 +9,7 @@
 //     and transaction, so it is as transactional as the real statement and
 //     gives PostgreSQL's errors and notices;
 //   - the lease store (leasestore.go): generator.LeaseStore on a small pgx
-//     pool per database (pools.go), reserving windows of positions through
+//     pool per database (service.go), reserving windows of positions through
 //     the shim's snowflake._lease function, one round trip per lease;
 //   - the node claim (claim.go, claimdb.go): one session advisory lock per
 //     database on a dedicated control connection, so two live proxies with
