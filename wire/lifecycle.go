@@ -152,9 +152,10 @@ func idlePeriod(d time.Duration) time.Duration {
 	return min(max(d/8, time.Millisecond), time.Second)
 }
 
-// startReaper starts the idle reaper once (s.mu held).
+// startReaper starts the idle reaper once, when a timeout is set (s.mu
+// held).
 func (s *Server) startReaper() {
-	if s.reaping || s.cfg.IdleClientTimeout <= 0 {
+	if s.reaping || s.idleTimeout.Load() <= 0 {
 		return
 	}
 	s.reaping = true
@@ -162,10 +163,28 @@ func (s *Server) startReaper() {
 	go s.reap()
 }
 
+// SetLimits changes MaxClients and IdleClientTimeout while the server runs
+// (a reload): a lower MaxClients refuses new sessions only, and a new
+// timeout applies from the reaper's next tick. Negative values are
+// ignored.
+func (s *Server) SetLimits(maxClients int, idle time.Duration) {
+	if maxClients >= 0 {
+		s.maxClients.Store(int64(maxClients))
+	}
+	if idle >= 0 {
+		s.idleTimeout.Store(int64(idle))
+		s.mu.Lock()
+		if !s.closing {
+			s.startReaper()
+		}
+		s.mu.Unlock()
+	}
+}
+
 func (s *Server) reap() {
 	defer s.wg.Done()
-	period := idlePeriod(s.cfg.IdleClientTimeout)
-	limit := uint64((s.cfg.IdleClientTimeout + period - 1) / period)
+	d := time.Duration(s.idleTimeout.Load())
+	period := idlePeriod(d)
 	t := time.NewTicker(period)
 	defer t.Stop()
 	var tick uint64
@@ -176,6 +195,17 @@ func (s *Server) reap() {
 		case <-t.C:
 		}
 		tick++
+		if nd := time.Duration(s.idleTimeout.Load()); nd != d {
+			d = nd
+			if d > 0 && idlePeriod(d) != period {
+				period = idlePeriod(d)
+				t.Reset(period)
+			}
+		}
+		if d <= 0 {
+			continue // turned off by SetLimits: keep counting, cut nobody
+		}
+		limit := uint64((d + period - 1) / period)
 		s.mu.Lock()
 		for ss := range s.sessions {
 			if idle, status := ss.idleTicks(tick); idle >= limit {

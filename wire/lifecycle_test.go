@@ -322,3 +322,31 @@ func clientGone(t *testing.T, srv *pgserver.Server, db string, cfg Config, sql, 
 	}
 	checkLoopUsed(t, p, cfg)
 }
+
+// SetLimits changes MaxClients and IdleClientTimeout of a running server
+// (a configuration reload): the new limit refuses or admits the next
+// client, and a timeout set on a server started without one ends an idle
+// session.
+func TestSetLimitsWhileRunning(t *testing.T) {
+	srv := pgtest.Shared(t)
+	p := startProxy(t, srv, Config{MaxClients: 1})
+	url := p.url(srv, "postgres")
+	a := connectPg(t, url)
+	_, err := pgconn.Connect(ctxT(t), url)
+	wantFatal(t, err, "53300", "sorry, too many clients already")
+	p.SetLimits(2, -1)
+	b := connectPg(t, url)
+	execSQL(t, b, "SELECT 1")
+	p.SetLimits(-1, 300*time.Millisecond)
+	wantFatal(t, receiveFatal(t, a), "57P05", "terminating connection due to idle-session timeout")
+	wantFatal(t, receiveFatal(t, b), "57P05", "terminating connection due to idle-session timeout")
+	waitUntil(t, "the sessions to end", func() bool { return p.Stats().Active == 0 })
+	p.SetLimits(-1, 0)
+	c := connectPg(t, url)
+	// Let c stay idle past the old timeout, timed by another connection.
+	dc := connect(t, srv.URL("postgres"))
+	if _, err := dc.Exec(ctxT(t), "SELECT pg_sleep(1)"); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, c, "SELECT 1") // not cut: the timeout is off again
+}

@@ -122,6 +122,10 @@ type Server struct {
 	reaping   bool          // the idle reaper runs (lifecycle.go)
 
 	clients atomic.Int64 // sessions holding a MaxClients slot
+	// maxClients and idleTimeout are Config.MaxClients and
+	// Config.IdleClientTimeout (nanoseconds), changed by SetLimits.
+	maxClients  atomic.Int64
+	idleTimeout atomic.Int64
 
 	loops       []*eventLoop // started on first use (loop.go)
 	loopNext    uint32
@@ -187,6 +191,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger.With(logComponent, "wire"),
 		listeners: map[net.Listener]struct{}{}, sessions: map[*session]struct{}{}, closed: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.maxClients.Store(int64(cfg.MaxClients))
+	s.idleTimeout.Store(int64(cfg.IdleClientTimeout))
 	return s, nil
 }
 

@@ -189,7 +189,7 @@ func (ss *session) upstreamLost(err error) error {
 // packet, or reports that none is free.
 func (s *Server) admit() bool {
 	n := s.clients.Add(1)
-	if s.cfg.MaxClients > 0 && n > int64(s.cfg.MaxClients) {
+	if limit := s.maxClients.Load(); limit > 0 && n > limit {
 		s.clients.Add(-1)
 		return false
 	}

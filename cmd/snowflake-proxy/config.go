@@ -22,6 +22,7 @@ const configFlag = "config"
 // the file (reload.go). Others changed in the file need a restart.
 var liveSettings = map[string]bool{
 	"log-level": true, "tls-cert": true, "tls-key": true, "tls-client-ca": true,
+	"max-clients": true, "idle-client-timeout": true,
 }
 
 // configPath returns the config file named on the command line (the last

@@ -100,17 +100,24 @@ func TestSighupAppliesConfigFile(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		c, err := pgx.Connect(ctx, "postgres://postgres@"+addr+"/postgres?sslmode=disable")
-		if err != nil {
-			t.Fatal(err)
+		for {
+			// After max-clients = 1, the slot of the previous session
+			// frees when its end is processed.
+			c, err := pgx.Connect(ctx, "postgres://postgres@"+addr+"/postgres?sslmode=disable")
+			if err == nil {
+				_ = c.Close(ctx)
+				return
+			}
+			if !strings.Contains(err.Error(), "53300") || ctx.Err() != nil {
+				t.Fatal(err)
+			}
 		}
-		_ = c.Close(ctx)
 	}
 	connectOnce()
 	if strings.Contains(errOut.String(), "session start") {
 		t.Fatalf("info lines logged at level warn: %s", errOut.String())
 	}
-	writeConfig(t, path, "log-level = \"info\"\nupstream = \""+srv.URL("postgres")+"\"\ngrace = \"1m\"\n")
+	writeConfig(t, path, "log-level = \"info\"\nupstream = \""+srv.URL("postgres")+"\"\ngrace = \"1m\"\nmax-clients = 1\n")
 	m.Reload <- syscall.SIGHUP
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errOut.String(), "needs a restart") &&
 		!strings.Contains(errOut.String(), "need a restart"); {
@@ -125,6 +132,23 @@ func TestSighupAppliesConfigFile(t *testing.T) {
 	connectOnce()
 	if !strings.Contains(errOut.String(), "session start") {
 		t.Fatalf("the new log level is not applied: %s", errOut.String())
+	}
+	// max-clients applies live: a second session is refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The slot of the session above frees when its end is processed.
+	var first *pgx.Conn
+	for first == nil {
+		c, err := pgx.Connect(ctx, "postgres://postgres@"+addr+"/postgres?sslmode=disable")
+		if err != nil && (!strings.Contains(err.Error(), "53300") || ctx.Err() != nil) {
+			t.Fatal(err)
+		}
+		first = c
+	}
+	defer first.Close(ctx)
+	_, err := pgx.Connect(ctx, "postgres://postgres@"+addr+"/postgres?sslmode=disable")
+	if err == nil || !strings.Contains(err.Error(), "53300") {
+		t.Fatalf("max-clients = 1 after SIGHUP: second session got %v, want 53300", err)
 	}
 }
 

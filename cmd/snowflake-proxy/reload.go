@@ -40,6 +40,10 @@ func (r *reloader) reload() {
 		r.log.Error("reload failed; the previous configuration stays in force", "err", err)
 		return
 	}
+	if next.maxClients != r.current.maxClients || next.idleTimeout != r.current.idleTimeout {
+		r.app.SetLimits(next.maxClients, next.idleTimeout)
+		r.log.Info("session limits changed", "max_clients", next.maxClients, "idle_client_timeout", next.idleTimeout.String())
+	}
 	if next.logLevel != r.current.logLevel {
 		r.level.Set(level)
 		r.log.Info("log level changed", "level", next.logLevel)

@@ -27,6 +27,8 @@ type options struct {
 	dialTimeout               time.Duration
 	handshakeTimeout          time.Duration
 	checkTimeout              time.Duration
+	idleTimeout               time.Duration
+	maxClients                int
 	procs                     int
 	eventLoops                int
 	preparedInserts           bool
@@ -70,6 +72,8 @@ func (m *Main) flagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", 10*time.Second, "bound on connecting a session to the upstream, TLS included")
 	fs.DurationVar(&o.handshakeTimeout, "handshake-timeout", 30*time.Second, "bound on a client's startup, TLS handshake and authentication")
 	fs.DurationVar(&o.checkTimeout, "upstream-check-timeout", 10*time.Second, "bound on the start-up check that the upstream answers")
+	fs.IntVar(&o.maxClients, "max-clients", 0, "most client sessions at once; beyond it a client gets FATAL 53300 (0: no limit)")
+	fs.DurationVar(&o.idleTimeout, "idle-client-timeout", 0, "end a session whose client has been idle that long, outside a statement (FATAL 57P05; 25P03 in a transaction); 0: never")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: the CPUs the process may use, plus one per event loop; see setProcs)")
 	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions with epoll (0: one per CPU the process may use, or per P with --procs or $GOMAXPROCS; -1: none, every session on its own goroutines)")
 	fs.BoolVar(&o.preparedInserts, "prepared-inserts", true, "run a repeated simple-protocol INSERT with snowflake defaults as a prepared statement the proxy makes in the session, planned once (false: send each as a Query)")
@@ -117,6 +121,12 @@ func (m *Main) finishFlags(fs *flag.FlagSet, o *options, args []string, fromFile
 		if d.v <= 0 {
 			return nil, fmt.Errorf("invalid --%s %s: must be positive", d.name, d.v)
 		}
+	}
+	if o.maxClients < 0 {
+		return nil, fmt.Errorf("invalid --max-clients %d: must be 0 (no limit) or more", o.maxClients)
+	}
+	if o.idleTimeout < 0 {
+		return nil, fmt.Errorf("invalid --idle-client-timeout %s: must be 0 (never) or more", o.idleTimeout)
 	}
 	if o.grace < 0 {
 		return nil, fmt.Errorf("invalid --grace %s: must be 0 or more", o.grace)
@@ -177,7 +187,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 	}
 	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, PasswordFile: o.passwordFile, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 		TLSClientCA: o.tlsClientCA, RequireTLS: o.tlsRequire,
-		DialTimeout: o.dialTimeout, HandshakeTimeout: o.handshakeTimeout, UpstreamCheckTimeout: o.checkTimeout, Logger: logger, EventLoops: loops,
+		DialTimeout: o.dialTimeout, HandshakeTimeout: o.handshakeTimeout, UpstreamCheckTimeout: o.checkTimeout,
+		MaxClients: o.maxClients, IdleClientTimeout: o.idleTimeout, Logger: logger, EventLoops: loops,
 		QueryInserts: !o.preparedInserts}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {
@@ -200,7 +211,10 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintf(m.Stdout, "snowflake-proxy listening on %s (%s); connect with: %s\n", a.Addr(), where, connect)
 
-	m.serveUntilSignal(ctx, &reloader{m: m, args: args, current: o, app: a, level: levelVar, log: logger})
+	failed := m.serveUntilSignal(ctx, a, &reloader{m: m, args: args, current: o, app: a, level: levelVar, log: logger})
+	if failed {
+		logger.Error("the proxy cannot accept clients any more; shutting down", "err", a.Err())
+	}
 	logger.Info("shutting down", "grace", o.grace.String())
 	drain, cancel := context.WithTimeout(context.Background(), o.grace)
 	defer cancel()
@@ -216,18 +230,24 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)
 		return 1
 	}
+	if failed {
+		return 1
+	}
 	return 0
 }
 
-// serveUntilSignal returns on SIGINT/SIGTERM or when ctx ends; SIGHUP in
+// serveUntilSignal returns on SIGINT/SIGTERM, when ctx ends, or when the
+// proxy stopped accepting clients for good (failed true); SIGHUP in
 // between reloads what can change live.
-func (m *Main) serveUntilSignal(ctx context.Context, r *reloader) {
+func (m *Main) serveUntilSignal(ctx context.Context, a *app.App, r *reloader) (failed bool) {
 	for {
 		select {
 		case <-m.Signals:
-			return
+			return false
 		case <-ctx.Done():
-			return
+			return false
+		case <-a.Done():
+			return true
 		case <-m.Reload:
 			r.reload()
 		}

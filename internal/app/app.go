@@ -88,6 +88,12 @@ type App struct {
 	clientTLS *clientTLS    // nil without TLS for clients
 }
 
+// SetLimits changes the session limits while the proxy runs (wire.Server
+// SetLimits): maxClients 0 and idle 0 mean none.
+func (a *App) SetLimits(maxClients int, idle time.Duration) {
+	a.server.SetLimits(maxClients, idle)
+}
+
 // ReloadTLS applies what can change in the client TLS settings while the
 // proxy runs: the certificate, key and CA files (paths may change) are
 // read again, for connections made from now on. Turning TLS for clients
