@@ -19,8 +19,10 @@ type analyzer struct {
 	// issuing counts the calls of the current statement that issue IDs
 	// (snowflake.nextval, convert_sequence_to_snowflake).
 	issuing int
-	// slotted holds the locations of calls made slots (currvalAnywhere).
+	// slotted holds the locations of calls made slots; leave those of
+	// currval calls that must stay calls (names.go).
 	slotted map[int32]bool
+	leave   map[int32]bool
 	edits   []edit
 	inserts []plan.Insert // INSERT ... VALUES targets (insert.go)
 	// plainInsert: the string is one INSERT ... VALUES without WITH or
@@ -68,6 +70,7 @@ func analyze(sql string) (p *plan.Plan) {
 		slots := a.nextvalEdits()
 		a.p.Statements[i] = a.statement(raw, len(tree.Stmts) == 1)
 		a.currvalAnywhere(raw)
+		a.keepTargetNames(raw)
 		// Calls that did not become slots issue in the server's shim when
 		// the statement runs: later statements of the string keep theirs
 		// too (their values would be generated before the shim's), and the

@@ -29,7 +29,7 @@ func (a *analyzer) topSelect(sel *pg_query.SelectStmt, only bool) {
 	}
 	cols := make([]string, 0, len(direct))
 	for i, rt := range direct {
-		if rt == nil || rt.op != plan.Nextval {
+		if rt == nil || rt.op != plan.Nextval || !int8Only(sel.TargetList[i].GetResTarget().GetVal()) {
 			return
 		}
 		name := sel.TargetList[i].GetResTarget().GetName()
@@ -94,34 +94,11 @@ func (a *analyzer) onceQuery(sel *pg_query.SelectStmt) (direct []*directSlot, ok
 		a.slotsIn(rt.Val)
 		if len(a.edits) == before+1 && a.edits[before].isSlot {
 			if call := unwrapCasts(rt.Val).GetFuncCall(); call != nil && int(call.Location) == a.edits[before].start {
-				op := a.edits[before].slot.Op
-				direct[i] = &directSlot{op: op}
-				if rt.Name == "" {
-					a.keepColumnName(rt, op)
-				}
+				direct[i] = &directSlot{op: a.edits[before].slot.Op}
 			}
 		}
 	}
 	return direct, true
-}
-
-// keepColumnName appends " AS nextval" (or currval) after a target whose
-// value is a slot call, possibly cast: PostgreSQL names such a column
-// after the function, and the rendered slot (a cast literal, a parameter,
-// snowflake._currval) would name it differently.
-func (a *analyzer) keepColumnName(rt *pg_query.ResTarget, op plan.SlotOp) {
-	end := a.exprEnd(int(rt.Location))
-	if end < 0 {
-		return
-	}
-	name := " AS nextval"
-	if op == plan.Currval {
-		name = " AS currval"
-	}
-	if end < len(a.sql) && (isIdentChar(a.sql[end]) || a.sql[end] == '$') {
-		name += " " // SELECT f()ORDER BY 1: keep the alias apart from the next word
-	}
-	a.addEdit(edit{start: end, end: end, text: name})
 }
 
 func unwrapCasts(n *pg_query.Node) *pg_query.Node {
@@ -299,11 +276,15 @@ func (a *analyzer) currvalAnywhere(raw *pg_query.RawStmt) {
 		return // SELECT INTO is DDL
 	}
 	walk(raw.ProtoReflect(), func(m protoreflect.Message) {
-		f, ok := m.Interface().(*pg_query.FuncCall)
-		if !ok || a.slotted[f.Location] || snowflakeFunc(f) != "currval" || !plainCall(f) {
-			return
+		switch x := m.Interface().(type) {
+		case *pg_query.RangeFunction:
+			a.rangeFunction(x) // before the calls inside it
+		case *pg_query.FuncCall:
+			if a.slotted[x.Location] || a.leave[x.Location] || snowflakeFunc(x) != "currval" || !plainCall(x) {
+				return
+			}
+			a.callSlot(x, "currval")
 		}
-		a.callSlot(f, "currval")
 	})
 }
 

@@ -18,6 +18,9 @@
 //   - calls.go: snowflake.nextval/currval calls evaluated once per
 //     execution (SELECT without FROM, VALUES) become Nextval/Currval slots;
 //     Local plans for statements the proxy can answer alone.
+//   - names.go: a slot renders as something else than the call, so where
+//     the call names a result column or a FROM item the rewritten text
+//     names it explicitly, as PostgreSQL names the original.
 //   - extension.go: CREATE/DROP/ALTER EXTENSION snowflake become one slot
 //     each, filled by the session with the shim's SQL.
 //   - setnode.go: SET/RESET snowflake.node become a DO block that enforces

@@ -1,0 +1,1 @@
+SELECT snowflake.currval('s'), snowflake.currval('s')::text, snowflake.currval('s') COLLATE "C", snowflake.get_count(snowflake.currval('s')), (SELECT snowflake.currval('s')), snowflake.currval('s') c FROM t WHERE true ORDER BY currval
