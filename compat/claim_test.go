@@ -156,7 +156,7 @@ func TestClaimSquatterCannotBlockNode(t *testing.T) {
 				t.Fatal("squatter cannot take the old fixed key")
 			}
 			a := newService(t, url, 3, nil)
-			if _, err := a.Nextval(ctxT(t), db, oid, 3); err != nil {
+			if _, err := nextvalVia(ctxT(t), a, db, oid, 3); err != nil {
 				t.Fatalf("claim with the old key squatted: %v", err)
 			}
 			// The squatter cannot read the table, but it reads the key
@@ -175,7 +175,7 @@ func TestClaimSquatterCannotBlockNode(t *testing.T) {
 
 			var logBuf pgtest.SyncBuffer
 			b := newService(t, url, 3, logTo(&logBuf))
-			if _, err := b.Nextval(ctxT(t), db, oid, 3); err != nil {
+			if _, err := nextvalVia(ctxT(t), b, db, oid, 3); err != nil {
 				t.Fatalf("claim with the current key squatted: %v", err)
 			}
 			logs := logBuf.String()
@@ -209,7 +209,7 @@ func TestClaimSquatterCannotBlockNode(t *testing.T) {
 			if _, n := cl.counts(); n != 1 {
 				t.Fatalf("%d attempts: the claim was lost", n)
 			}
-			if _, err := b.Nextval(ctxT(t), db, oid, 3); err != nil {
+			if _, err := nextvalVia(ctxT(t), b, db, oid, 3); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -231,7 +231,7 @@ func TestClaimSquatterBesideRealProxy(t *testing.T) {
 
 	var logA pgtest.SyncBuffer
 	a := newService(t, url, 5, logTo(&logA))
-	if _, err := a.Nextval(ctxT(t), db, oid, 5); err != nil {
+	if _, err := nextvalVia(ctxT(t), a, db, oid, 5); err != nil {
 		t.Fatal(err)
 	}
 	key := tableKey(t, c, 5)
@@ -250,7 +250,7 @@ func TestClaimSquatterBesideRealProxy(t *testing.T) {
 
 	var logB pgtest.SyncBuffer
 	b := newService(t, url, 5, logTo(&logB))
-	if _, err := b.Nextval(ctxT(t), db, oid, 5); !errors.Is(err, ErrNodeClaimed) {
+	if _, err := nextvalVia(ctxT(t), b, db, oid, 5); !errors.Is(err, ErrNodeClaimed) {
 		t.Fatalf("second proxy with node 5: %v", err)
 	}
 	if !strings.Contains(logB.String(), fmt.Sprintf("backend pid %d ", aPID)) {
@@ -267,7 +267,7 @@ func TestClaimSquatterBesideRealProxy(t *testing.T) {
 	if tableKey(t, c, 5) != key || holderPID(t, c, key) != aPID {
 		t.Fatal("the claim changed")
 	}
-	if _, err := a.Nextval(ctxT(t), db, oid, 5); err != nil {
+	if _, err := nextvalVia(ctxT(t), a, db, oid, 5); err != nil {
 		t.Fatal(err)
 	}
 	if s := logA.String(); strings.Contains(s, squatterMsg) || strings.Contains(s, "claiming again") || strings.Contains(s, "level=ERROR") {
@@ -286,22 +286,22 @@ func TestNodeClaimConflict(t *testing.T) {
 	db, oid := dbName(t, c), seqOID(t, c, "s")
 
 	a := newService(t, url, 6, nil)
-	if _, err := a.Nextval(ctxT(t), db, oid, 6); err != nil {
+	if _, err := nextvalVia(ctxT(t), a, db, oid, 6); err != nil {
 		t.Fatal(err)
 	}
 	aPID := holderPID(t, c, tableKey(t, c, 6))
 	var logBuf pgtest.SyncBuffer
 	b := newService(t, url, 6, logTo(&logBuf))
-	_, err := b.Nextval(ctxT(t), db, oid, 6)
+	_, err := nextvalVia(ctxT(t), b, db, oid, 6)
 	if !errors.Is(err, ErrNodeClaimed) {
 		t.Fatalf("second proxy with node 6: %v", err)
 	}
-	_, err = b.Nextval(ctxT(t), db, oid, 6)
+	_, err = nextvalVia(ctxT(t), b, db, oid, 6)
 	if !errors.Is(err, ErrNodeClaimed) {
 		t.Fatalf("second call: %v", err)
 	}
 	// Another node on b is not affected (a session's SET snowflake.node).
-	if _, err := b.Nextval(ctxT(t), db, oid, 8); err != nil {
+	if _, err := nextvalVia(ctxT(t), b, db, oid, 8); err != nil {
 		t.Fatal(err)
 	}
 	cl := claimOf(t, b, db)
@@ -322,7 +322,7 @@ func TestNodeClaimConflict(t *testing.T) {
 	// When a goes away, b takes the claim over at a heartbeat.
 	closeService(t, a)
 	waitFor(t, "b to take the claim over", func() bool {
-		_, err := b.Nextval(ctxT(t), db, oid, 6)
+		_, err := nextvalVia(ctxT(t), b, db, oid, 6)
 		return err == nil
 	})
 	if pid := holderPID(t, c, tableKey(t, c, 6)); pid == aPID || !isClaimSession(t, c, pid, 6) {
@@ -356,7 +356,7 @@ func TestClaimConcurrentStart(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					<-start
-					_, errs[i] = s.Nextval(ctxT(t), db, oid, 9)
+					_, errs[i] = nextvalVia(ctxT(t), s, db, oid, 9)
 				}()
 			}
 			close(start)
@@ -402,7 +402,7 @@ func TestClaimTableCreatedConcurrently(t *testing.T) {
 			a := newService(t, url, 9, nil)
 			errc := make(chan error, 1)
 			go func() {
-				_, err := a.Nextval(ctxT(t), db, oid, 9)
+				_, err := nextvalVia(ctxT(t), a, db, oid, 9)
 				errc <- err
 			}()
 			waitFor(t, "the claim's CREATE TABLE to wait", func() bool {
@@ -442,7 +442,7 @@ func TestClaimControlRoleOwnsSchema(t *testing.T) {
 	oid := seqOID(t, cc, "app.s")
 
 	a := newService(t, ctlURL, 2, nil)
-	if _, err := a.Nextval(ctxT(t), db, oid, 2); err != nil {
+	if _, err := nextvalVia(ctxT(t), a, db, oid, 2); err != nil {
 		t.Fatal(err)
 	}
 	if owner := queryText(t, c, "SELECT tableowner::text FROM pg_tables WHERE schemaname = 'snowflake' AND tablename = '_claims'"); owner != ctl {
@@ -450,7 +450,7 @@ func TestClaimControlRoleOwnsSchema(t *testing.T) {
 	}
 	var logBuf pgtest.SyncBuffer
 	b := newService(t, url, 2, logTo(&logBuf))
-	if _, err := b.Nextval(ctxT(t), db, oid, 2); !errors.Is(err, ErrNodeClaimed) {
+	if _, err := nextvalVia(ctxT(t), b, db, oid, 2); !errors.Is(err, ErrNodeClaimed) {
 		t.Fatalf("second proxy with node 2: %v", err)
 	}
 	if !strings.Contains(logBuf.String(), fmt.Sprintf(`role \"%s\"`, ctl)) {
@@ -473,7 +473,7 @@ func TestClaimWithoutTablePrivilege(t *testing.T) {
 
 	var logBuf pgtest.SyncBuffer
 	a := newService(t, weakURL, 7, logTo(&logBuf))
-	if _, err := a.Nextval(ctxT(t), db, oid, 7); !errors.Is(err, errClaimTable) || errors.Is(err, ErrNodeClaimed) {
+	if _, err := nextvalVia(ctxT(t), a, db, oid, 7); !errors.Is(err, errClaimTable) || errors.Is(err, ErrNodeClaimed) {
 		t.Fatalf("claim without privileges: %v", err)
 	}
 	cl := claimOf(t, a, db)
@@ -483,7 +483,7 @@ func TestClaimWithoutTablePrivilege(t *testing.T) {
 	}
 	mustExec(t, c, "GRANT CREATE ON SCHEMA snowflake TO "+weak)
 	waitFor(t, "the claim after the grant", func() bool {
-		_, err := a.Nextval(ctxT(t), db, oid, 7)
+		_, err := nextvalVia(ctxT(t), a, db, oid, 7)
 		return err == nil
 	})
 }
@@ -498,7 +498,7 @@ func TestClaimFollowsShim(t *testing.T) {
 	mustExec(t, c, "CREATE SEQUENCE s")
 	db, oid := dbName(t, c), seqOID(t, c, "s")
 	a := newService(t, url, 4, nil)
-	if _, err := a.Nextval(ctxT(t), db, oid, 4); !errors.Is(err, ErrNoShim) || errors.Is(err, ErrNodeClaimed) {
+	if _, err := nextvalVia(ctxT(t), a, db, oid, 4); !errors.Is(err, ErrNoShim) || errors.Is(err, ErrNodeClaimed) {
 		t.Fatalf("no shim: %v", err)
 	}
 	if queryInt(t, c, "SELECT count(*) FROM pg_namespace WHERE nspname = 'snowflake'") != 0 {
@@ -506,7 +506,7 @@ func TestClaimFollowsShim(t *testing.T) {
 	}
 	install(t, c)
 	a.ExtensionChanged(db)
-	if _, err := a.Nextval(ctxT(t), db, oid, 4); err != nil {
+	if _, err := nextvalVia(ctxT(t), a, db, oid, 4); err != nil {
 		t.Fatalf("after CREATE EXTENSION: %v", err)
 	}
 
@@ -518,11 +518,11 @@ func TestClaimFollowsShim(t *testing.T) {
 	waitFor(t, "the claim to notice", func() bool { return errors.Is(cl.result(), ErrNoShim) })
 	install(t, c)
 	waitFor(t, "the claim after the shim is back", func() bool {
-		_, err := a.Nextval(ctxT(t), db, oid, 4)
+		_, err := nextvalVia(ctxT(t), a, db, oid, 4)
 		return err == nil
 	})
 	b := newService(t, url, 4, nil)
-	if _, err := b.Nextval(ctxT(t), db, oid, 4); !errors.Is(err, ErrNodeClaimed) {
+	if _, err := nextvalVia(ctxT(t), b, db, oid, 4); !errors.Is(err, ErrNodeClaimed) {
 		t.Fatalf("second proxy after reinstall: %v", err)
 	}
 }
@@ -556,7 +556,7 @@ func TestClaimTableInPreexistingSchema(t *testing.T) {
 			mustExec(t, ic, "CREATE SEQUENCE public.s")
 			oid := seqOID(t, c, "public.s")
 			a := newService(t, url, 1, nil)
-			if _, err := a.Nextval(ctxT(t), db, oid, 1); err != nil {
+			if _, err := nextvalVia(ctxT(t), a, db, oid, 1); err != nil {
 				t.Fatal(err)
 			}
 			if queryInt(t, c, "SELECT count(*) FROM pg_tables WHERE schemaname = 'snowflake' AND tablename = '_claims'") != 1 {
@@ -574,7 +574,7 @@ func TestClaimTableInPreexistingSchema(t *testing.T) {
 			install(t, ic)
 			a.ExtensionChanged(db)
 			waitFor(t, "the claim after reinstall", func() bool {
-				_, err := a.Nextval(ctxT(t), db, oid, 1)
+				_, err := nextvalVia(ctxT(t), a, db, oid, 1)
 				return err == nil
 			})
 		})

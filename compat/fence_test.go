@@ -22,7 +22,7 @@ func TestFenceAfterShimIssuance(t *testing.T) {
 	db, oid := dbName(t, c), seqOID(t, c, "s")
 
 	for i := 0; i < 3; i++ {
-		fast, err := svc.Nextval(ctx, db, oid, 5)
+		fast, err := nextvalVia(ctx, svc, db, oid, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +31,7 @@ func TestFenceAfterShimIssuance(t *testing.T) {
 			t.Fatalf("shim %d not above fast %d", shim, fast)
 		}
 		svc.Fence(db, 0, false)
-		after, err := svc.Nextval(ctx, db, oid, 5)
+		after, err := nextvalVia(ctx, svc, db, oid, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestExternalFenceHonorsSetval(t *testing.T) {
 	ctx := context.Background()
 	db, oid := dbName(t, c), seqOID(t, c, "s")
 
-	first, err := svc.Nextval(ctx, db, oid, 5)
+	first, err := nextvalVia(ctx, svc, db, oid, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestExternalFenceHonorsSetval(t *testing.T) {
 	future := generator.Compose(ms+3_600_000, 5, 3995) // an hour ahead
 	mustExec(t, c, "SELECT setval('s', $1)", future)
 	svc.Fence(db, 0, true)
-	next, err := svc.Nextval(ctx, db, oid, 5)
+	next, err := nextvalVia(ctx, svc, db, oid, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestExternalFenceHonorsSetval(t *testing.T) {
 	}
 	// Honoring is one-shot: a later plain fence does not jump again.
 	svc.Fence(db, 0, false)
-	again, err := svc.Nextval(ctx, db, oid, 5)
+	again, err := nextvalVia(ctx, svc, db, oid, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
@@ -138,3 +139,13 @@ func queryInt(t *testing.T, c *testConn, sql string, args ...any) int64 {
 }
 
 func compose(ms int64, node, count int) int64 { return ms<<22 | int64(node)<<12 | int64(count) }
+
+// nextvalVia issues one fast-path ID through svc, as a session does for a
+// statement with one call, with INCREMENT 1.
+func nextvalVia(ctx context.Context, svc *Service, database string, seq uint32, node int) (int64, error) {
+	reqs := []generator.Request{{Seq: seq, Inc: 1}}
+	if err := svc.NextvalBatch(ctx, database, node, reqs); err != nil {
+		return 0, err
+	}
+	return reqs[0].ID, nil
+}

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -143,23 +142,6 @@ func (l *LeaseStore) Lease(ctx context.Context, key generator.Key, prevHi, wantH
 		}
 		pause = min(2*pause, 100*time.Millisecond)
 	}
-}
-
-// Increment implements generator.LeaseStore.
-func (l *LeaseStore) Increment(ctx context.Context, key generator.Key) (int64, error) {
-	p, err := l.pools.pool(key.Database)
-	if err != nil {
-		return 0, err
-	}
-	var inc int64
-	err = p.QueryRow(ctx, `SELECT seqincrement FROM pg_catalog.pg_sequence WHERE seqrelid = $1::pg_catalog.oid`, key.Seq).Scan(&inc)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("compat: increment of %s/%d: relation is not a sequence", key.Database, key.Seq)
-	}
-	if err != nil {
-		return 0, l.wrap(key, "increment", err)
-	}
-	return inc, nil
 }
 
 func (l *LeaseStore) shimKnownMissing(database string) error {

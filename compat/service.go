@@ -24,7 +24,7 @@ const (
 	DefaultHeartbeat = 5 * time.Second
 )
 
-// ErrClosed is returned by Nextval after Close.
+// ErrClosed is returned by NextvalBatch after Close.
 var ErrClosed = errors.New("compat: service closed")
 
 // Config configures a Service. Zero values are documented defaults.
@@ -37,8 +37,8 @@ type Config struct {
 	// conflicts and squatters, failed leases). Nil: slog.Default().
 	Logger *slog.Logger
 	// Node is the proxy's own node id (--node). When set (1..1023), the
-	// first Nextval with that node on a database claims it there (claim.go).
-	// 0: no claim.
+	// first NextvalBatch with that node on a database claims it there
+	// (claim.go). 0: no claim.
 	Node int
 	// LeaseDuration and RenewBefore are passed to generator.Config; zero
 	// means the generator's defaults.
@@ -134,44 +134,46 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Nextval issues the next snowflake of sequence seq in database with node
-// bits node. It fails, and the session falls back to the shim, when the
-// shim is not installed in database, when the server refuses the lease, or
-// when another live proxy holds this proxy's node claim on database.
-func (s *Service) Nextval(ctx context.Context, database string, seq uint32, node int) (int64, error) {
+// NextvalBatch implements wire.Snowflakes: it fills reqs with the next
+// snowflakes of their sequences in database with node bits node, as the
+// calls of one statement (generator.Generator.NextBatch). It fails, and the
+// session falls back to the shim, when the shim is not installed in
+// database, when the server refuses the lease, or when another live proxy
+// holds this proxy's node claim on database.
+func (s *Service) NextvalBatch(ctx context.Context, database string, node int, reqs []generator.Request) error {
 	if node == s.cfg.Node && node != 0 {
 		c, err := s.claim(database)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if err := c.check(ctx); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	id, err := s.gen.Next(ctx, generator.Key{Database: database, Seq: seq, Node: node})
-	if err != nil {
-		return 0, fmt.Errorf("compat: nextval %s/%d node %d: %w", database, seq, node, err)
+	if err := s.gen.NextBatch(ctx, database, node, reqs); err != nil {
+		return fmt.Errorf("compat: nextval %s node %d: %w", database, node, err)
 	}
-	return id, nil
+	return nil
 }
 
-// TryNextval implements wire.Snowflakes: Nextval without waiting; ok is
-// false while the node claim is not settled or a lease is being renewed.
-func (s *Service) TryNextval(database string, seq uint32, node int) (int64, bool, error) {
+// TryNextvalBatch implements wire.Snowflakes: NextvalBatch without
+// waiting; ok is false while the node claim is not settled or a lease is
+// being renewed.
+func (s *Service) TryNextvalBatch(database string, node int, reqs []generator.Request) (bool, error) {
 	if node == s.cfg.Node && node != 0 {
 		c, err := s.claim(database)
 		if err != nil {
-			return 0, false, err
+			return false, err
 		}
 		if done, err := c.settled(); !done || err != nil {
-			return 0, false, err
+			return false, err
 		}
 	}
-	id, ok, err := s.gen.TryNext(generator.Key{Database: database, Seq: seq, Node: node})
+	ok, err := s.gen.TryNextBatch(database, node, reqs)
 	if err != nil {
-		return 0, false, fmt.Errorf("compat: nextval %s/%d node %d: %w", database, seq, node, err)
+		return false, fmt.Errorf("compat: nextval %s node %d: %w", database, node, err)
 	}
-	return id, ok, nil
+	return ok, nil
 }
 
 // Fence implements wire.Snowflakes: the next fast-path ID of every

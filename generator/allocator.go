@@ -24,7 +24,6 @@ type allocator struct {
 
 	last atomic.Int64 // last issued position (or the jump target)
 	hi   atomic.Int64 // end of the current lease, inclusive; 0 before the first
-	inc  atomic.Int64 // INCREMENT BY, clamped to >= 1; 0 until the first lease
 
 	renewing atomic.Bool  // a renewal is in flight: spares the hot path a.mu
 	retryAt  atomic.Int64 // ms; no background renewal before this after a failure
@@ -52,9 +51,10 @@ type renewal struct {
 	err  error
 }
 
-// next issues the next position. It waits for the store only when the lease
-// has no room for that position.
-func (a *allocator) next(ctx context.Context) (int64, error) {
+// next issues the next position for a caller whose session sees INCREMENT
+// BY inc. It waits for the store only when the lease has no room for that
+// position.
+func (a *allocator) next(ctx context.Context, inc int64) (int64, error) {
 	// One clock read per call (it is most of the cost, see SystemClock); a CAS
 	// retry reuses it, which the rule allows: it only ever moves forward.
 	if want := a.fenceWant.Load(); want != a.fenceDone.Load() {
@@ -66,7 +66,7 @@ func (a *allocator) next(ctx context.Context) (int64, error) {
 	for {
 		hi := a.hi.Load()
 		last := a.last.Load()
-		p := Next(last, now, a.inc.Load())
+		p := Next(last, now, inc)
 		if p <= hi {
 			if !a.last.CompareAndSwap(last, p) {
 				continue
@@ -90,7 +90,7 @@ func (a *allocator) next(ctx context.Context) (int64, error) {
 //
 // Its loop repeats next's on purpose: with the loop in a function both
 // call, BenchmarkNextParallel went from 29 to 49 ns per ID.
-func (a *allocator) tryNext() (int64, bool, error) {
+func (a *allocator) tryNext(inc int64) (int64, bool, error) {
 	if a.fenceWant.Load() != a.fenceDone.Load() {
 		if err := a.failingFast(); err != nil {
 			return 0, false, err
@@ -102,7 +102,7 @@ func (a *allocator) tryNext() (int64, bool, error) {
 	for {
 		hi := a.hi.Load()
 		last := a.last.Load()
-		p := Next(last, now, a.inc.Load())
+		p := Next(last, now, inc)
 		if p > hi {
 			if err := a.failingFast(); err != nil {
 				return 0, false, err
@@ -229,13 +229,6 @@ func (a *allocator) renew(r *renewal) {
 // (start's single flight).
 func (a *allocator) lease(ctx context.Context, need int64) error {
 	store, key := a.g.store, a.key
-	if a.inc.Load() == 0 {
-		inc, err := store.Increment(ctx, key)
-		if err != nil {
-			return fmt.Errorf("generator: increment of %v: %w", key, err)
-		}
-		a.inc.Store(max(inc, 1)) // see Next (rule.go) for the clamp
-	}
 	prevHi := a.hi.Load()
 	if prevHi >= MaxPosition {
 		return fmt.Errorf("generator: %v: %w", key, ErrExhausted)

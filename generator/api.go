@@ -31,6 +31,4 @@ type LeaseStore interface {
 	// granted window. prevHi is the Hi of the key's previous lease (0 for
 	// the first). The returned lease must be durable before Lease returns.
 	Lease(ctx context.Context, key Key, prevHi, wantHi int64) (Lease, error)
-	// Increment returns the sequence's INCREMENT BY (pg_sequence.seqincrement).
-	Increment(ctx context.Context, key Key) (int64, error)
 }

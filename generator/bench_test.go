@@ -20,7 +20,7 @@ func benchGen(b *testing.B, n int) *Generator {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = g.Close(context.Background()) })
-	if _, err := g.Next(context.Background(), testKey); err != nil {
+	if _, err := g.Next(context.Background(), testKey, 1); err != nil {
 		b.Fatal(err)
 	}
 	return g
@@ -34,7 +34,7 @@ func BenchmarkNext(b *testing.B) {
 	b.ResetTimer()
 	var id int64
 	for range b.N {
-		id, _ = g.Next(ctx, testKey)
+		id, _ = g.Next(ctx, testKey, 1)
 	}
 	sinkPos = id
 }
@@ -49,7 +49,7 @@ func BenchmarkNextParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		for pb.Next() {
-			if _, err := g.Next(ctx, testKey); err != nil {
+			if _, err := g.Next(ctx, testKey, 1); err != nil {
 				b.Error(err)
 				return
 			}

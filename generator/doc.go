@@ -8,7 +8,11 @@
 //   - the pgEdge generation rule on positions (rule.go), the same rule the
 //     extension and the SQL shim apply to a sequence's last_value;
 //   - one allocator per Key (database, sequence, node) that applies the rule
-//     inside a leased window of positions (allocator.go, generator.go);
+//     inside a leased window of positions (allocator.go, generator.go), to
+//     single calls or to the calls of one statement at one clock reading
+//     (batch.go), with the INCREMENT BY the caller's session sees, call by
+//     call, as the extension reads it; allocators are found through a
+//     lock-free table (table.go);
 //   - the lease protocol against a LeaseStore (api.go), with an in-memory
 //     store for tests and benchmarks (memstore.go).
 //

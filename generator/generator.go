@@ -105,11 +105,13 @@ func New(cfg Config) (*Generator, error) {
 	return g, nil
 }
 
-// Next returns the next ID for key, with key.Node in the node bits. IDs of
-// one Key are strictly increasing. Inside a lease it does not wait for the
-// store; it blocks (until ctx is done) only for a Key's first lease and when
-// the current lease has no room left. Store errors are returned wrapped.
-func (g *Generator) Next(ctx context.Context, key Key) (int64, error) {
+// Next returns the next ID for key, with key.Node in the node bits, for a
+// caller whose session sees the sequence's INCREMENT BY as inc (see
+// Request.Inc). IDs of one Key are strictly increasing. Inside a lease it
+// does not wait for the store; it blocks (until ctx is done) only for a
+// Key's first lease and when the current lease has no room left. Store
+// errors are returned wrapped.
+func (g *Generator) Next(ctx context.Context, key Key, inc int64) (int64, error) {
 	if g.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -120,7 +122,7 @@ func (g *Generator) Next(ctx context.Context, key Key) (int64, error) {
 			return 0, err
 		}
 	}
-	pos, err := a.next(ctx)
+	pos, err := a.next(ctx, inc)
 	if err != nil {
 		return 0, err
 	}
@@ -130,7 +132,7 @@ func (g *Generator) Next(ctx context.Context, key Key) (int64, error) {
 // TryNext is Next without waiting, for callers that must not block (an
 // event loop): ok is false when Next would wait for a lease renewal, which
 // has then been started, so that a later call is likely to succeed.
-func (g *Generator) TryNext(key Key) (id int64, ok bool, err error) {
+func (g *Generator) TryNext(key Key, inc int64) (id int64, ok bool, err error) {
 	if g.closed.Load() {
 		return 0, false, ErrClosed
 	}
@@ -140,7 +142,7 @@ func (g *Generator) TryNext(key Key) (id int64, ok bool, err error) {
 			return 0, false, err
 		}
 	}
-	pos, ok, err := a.tryNext()
+	pos, ok, err := a.tryNext(inc)
 	if !ok || err != nil {
 		return 0, false, err
 	}

@@ -36,7 +36,7 @@ func settle(g *Generator) { g.wg.Wait() }
 
 func mustNext(t *testing.T, g *Generator, key Key) int64 {
 	t.Helper()
-	id, err := g.Next(context.Background(), key)
+	id, err := g.Next(context.Background(), key, 1)
 	if err != nil {
 		t.Fatalf("Next: %v", err)
 	}
@@ -82,7 +82,7 @@ func TestNewValidates(t *testing.T) {
 func TestInvalidNode(t *testing.T) {
 	g, _ := newTestGen(t, NewMemStore())
 	for _, node := range []int{0, -1, 1024} {
-		if _, err := g.Next(context.Background(), Key{Node: node}); !errors.Is(err, ErrNode) {
+		if _, err := g.Next(context.Background(), Key{Node: node}, 1); !errors.Is(err, ErrNode) {
 			t.Errorf("node %d: err %v, want ErrNode", node, err)
 		}
 	}
@@ -187,7 +187,7 @@ type result struct {
 func goNext(ctx context.Context, g *Generator) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
-		id, err := g.Next(ctx, testKey)
+		id, err := g.Next(ctx, testKey, 1)
 		ch <- result{id, err}
 	}()
 	return ch
@@ -229,10 +229,13 @@ func TestBlocksWhenLeaseExhausted(t *testing.T) {
 // lease length; beyond that each renewal grants one more position.
 func TestRunAheadBoundedByLease(t *testing.T) {
 	s := NewMemStore()
-	s.SetIncrement(testKey, 4096)
 	g, _ := newTestGen(t, s)
 	for ms := int64(100); ms <= 113; ms++ {
-		wantPos(t, mustNext(t, g, testKey), ms, 0)
+		id, err := g.Next(context.Background(), testKey, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantPos(t, id, ms, 0)
 	}
 	settle(g)
 	// 100..110 came from the first lease, 111.. from renewals granting hw+1.
@@ -246,13 +249,8 @@ func TestStoreErrorsPropagate(t *testing.T) {
 	s := NewMemStore()
 	g, clock := newTestGen(t, s)
 
-	s.SetIncrementError(boom)
-	if _, err := g.Next(context.Background(), testKey); !errors.Is(err, boom) {
-		t.Fatalf("increment error: %v", err)
-	}
-	s.SetIncrementError(nil)
 	s.SetLeaseError(boom)
-	if _, err := g.Next(context.Background(), testKey); !errors.Is(err, boom) {
+	if _, err := g.Next(context.Background(), testKey, 1); !errors.Is(err, boom) {
 		t.Fatalf("first lease error: %v", err)
 	}
 	s.SetLeaseError(nil)
@@ -281,7 +279,7 @@ func TestStoreErrorsPropagate(t *testing.T) {
 	// With the lease gone, the error reaches the caller.
 	s.SetLeaseError(boom)
 	clock.Set(500)
-	if _, err := g.Next(context.Background(), testKey); !errors.Is(err, boom) {
+	if _, err := g.Next(context.Background(), testKey, 1); !errors.Is(err, boom) {
 		t.Fatalf("blocking renewal error: %v", err)
 	}
 }
@@ -305,7 +303,7 @@ func TestConcurrentNext(t *testing.T) {
 				if w == 1 && i%500 == 0 {
 					foreign = append(foreign, s.IssueForeign(testKey))
 				}
-				id, err := g.Next(context.Background(), testKey)
+				id, err := g.Next(context.Background(), testKey, 1)
 				if err != nil {
 					t.Error(err)
 					return
@@ -353,7 +351,7 @@ func TestCloseStopsRenewals(t *testing.T) {
 		t.Fatalf("Next waiting during Close: %v", r)
 	}
 	leases := s.Leases()
-	if _, err := g.Next(context.Background(), testKey); !errors.Is(err, ErrClosed) {
+	if _, err := g.Next(context.Background(), testKey, 1); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Next after Close: %v", err)
 	}
 	if s.Leases() != leases {

@@ -19,16 +19,13 @@ type MemStore struct {
 
 	mu       sync.Mutex
 	hw       map[Key]int64
-	inc      map[Key]int64
 	leaseErr error
-	incErr   error
 	leases   int
 }
 
-// NewMemStore returns an empty store: every key starts at high-water 0 with
-// INCREMENT BY 1.
+// NewMemStore returns an empty store: every key starts at high-water 0.
 func NewMemStore() *MemStore {
-	return &MemStore{hw: map[Key]int64{}, inc: map[Key]int64{}}
+	return &MemStore{hw: map[Key]int64{}}
 }
 
 // Lease implements LeaseStore.
@@ -51,29 +48,6 @@ func (s *MemStore) Lease(ctx context.Context, key Key, prevHi, wantHi int64) (Le
 	hi := max(wantHi, lo+1)
 	s.hw[key] = hi
 	return Lease{Lo: lo, Hi: hi}, nil
-}
-
-// Increment implements LeaseStore.
-func (s *MemStore) Increment(ctx context.Context, key Key) (int64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.incErr != nil {
-		return 0, s.incErr
-	}
-	if inc, ok := s.inc[key]; ok {
-		return inc, nil
-	}
-	return 1, nil
-}
-
-// SetIncrement sets the INCREMENT BY that Increment reports for key.
-func (s *MemStore) SetIncrement(key Key, inc int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.inc[key] = inc
 }
 
 // SetHighWater sets key's high-water mark, as if the store had been
@@ -106,14 +80,6 @@ func (s *MemStore) SetLeaseError(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leaseErr = err
-}
-
-// SetIncrementError makes every Increment call fail with err (nil: succeed
-// again).
-func (s *MemStore) SetIncrementError(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.incErr = err
 }
 
 // Leases returns how many Lease calls reached the store's lock (calls that

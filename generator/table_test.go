@@ -42,7 +42,7 @@ func TestConcurrentNewKeys(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for node := 1; node <= nodes; node++ {
-				id, err := g.Next(context.Background(), Key{Database: "db", Seq: 1, Node: node})
+				id, err := g.Next(context.Background(), Key{Database: "db", Seq: 1, Node: node}, 1)
 				if err != nil {
 					t.Error(err)
 					return

@@ -15,18 +15,18 @@ func TestTryNextNeverWaits(t *testing.T) {
 	g, clock := newTestGen(t, s)
 	tryNot := func(when string) {
 		t.Helper()
-		if id, ok, err := g.TryNext(testKey); ok || err != nil {
+		if id, ok, err := g.TryNext(testKey, 1); ok || err != nil {
 			t.Fatalf("%s: TryNext = %d, %v, %v; want !ok without waiting", when, id, ok, err)
 		}
 	}
 	tryNot("no lease yet")
 	settle(g) // the first lease (the store holds only later ones)
-	id, ok, err := g.TryNext(testKey)
+	id, ok, err := g.TryNext(testKey, 1)
 	if !ok || err != nil {
 		t.Fatalf("inside the lease: %d, %v, %v", id, ok, err)
 	}
 	wantPos(t, id, 100, 0)
-	if id2, ok, _ := g.TryNext(testKey); !ok || PositionOf(id2) != Position(100, 1) {
+	if id2, ok, _ := g.TryNext(testKey, 1); !ok || PositionOf(id2) != Position(100, 1) {
 		t.Fatalf("second ID: %d, %v; want 100:1", id2, ok)
 	}
 
@@ -36,7 +36,7 @@ func TestTryNextNeverWaits(t *testing.T) {
 	tryNot("renewal in flight")
 	close(s.release)
 	settle(g)
-	id, ok, _ = g.TryNext(testKey)
+	id, ok, _ = g.TryNext(testKey, 1)
 	if !ok {
 		t.Fatal("after the renewal: !ok")
 	}
@@ -46,7 +46,7 @@ func TestTryNextNeverWaits(t *testing.T) {
 	g.Fence(testKey.Database, 0)
 	tryNot("fence pending")
 	settle(g)
-	id, ok, _ = g.TryNext(testKey)
+	id, ok, _ = g.TryNext(testKey, 1)
 	if !ok || PositionOf(id) <= foreign {
 		t.Fatalf("after the fence: position %d (%v), want above foreign %d", PositionOf(id), ok, foreign)
 	}
@@ -69,14 +69,14 @@ func TestSlowFailureFailsFast(t *testing.T) {
 		return boom
 	}
 	clock.Set(200)
-	if _, err := g.Next(context.Background(), testKey); !errors.Is(err, boom) {
+	if _, err := g.Next(context.Background(), testKey, 1); !errors.Is(err, boom) {
 		t.Fatalf("slow failure: %v", err)
 	}
 	for i := 0; i < 3; i++ {
-		if _, err := g.Next(context.Background(), testKey); !errors.Is(err, boom) {
+		if _, err := g.Next(context.Background(), testKey, 1); !errors.Is(err, boom) {
 			t.Fatalf("Next during fail-fast: %v", err)
 		}
-		if _, ok, err := g.TryNext(testKey); ok || !errors.Is(err, boom) {
+		if _, ok, err := g.TryNext(testKey, 1); ok || !errors.Is(err, boom) {
 			t.Fatalf("TryNext during fail-fast: %v, %v", ok, err)
 		}
 	}

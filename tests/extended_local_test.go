@@ -23,6 +23,7 @@ import (
 type statsProxy struct {
 	*testEnv
 	ws   *wire.Server
+	svc  *compat.Service
 	addr string
 }
 
@@ -66,7 +67,7 @@ func newStatsProxyWith(t *testing.T, node int, adjust func(*wire.Config)) *stats
 		_ = ws.Close(ctx)
 		_ = svc.Close(ctx)
 	})
-	return &statsProxy{testEnv: e, ws: ws, addr: ln.Addr().String()}
+	return &statsProxy{testEnv: e, ws: ws, svc: svc, addr: ln.Addr().String()}
 }
 
 func (p *statsProxy) url() string {

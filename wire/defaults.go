@@ -144,7 +144,7 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Templ
 // column whose default is exactly a call of snowflake.nextval(regclass)
 // with no argument or a regclass constant is [attname, quoted attname,
 // position, sequence OID, sequence name, USAGE or UPDATE on it, INSERT on
-// the column].
+// the column, the sequence's INCREMENT].
 //
 // The default's shape is read from the stored node tree (adbin), whose
 // text form has been stable across PostgreSQL releases; a cast, a domain,
@@ -160,7 +160,8 @@ const (
 		"(SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute b WHERE b.attrelid = a.attrelid AND b.attnum > 0 AND b.attnum < a.attnum AND NOT b.attisdropped), " +
 		"s.oid::pg_catalog.int8, pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(s.relname), " +
 		"pg_catalog.has_sequence_privilege(s.oid, 'USAGE') OR pg_catalog.has_sequence_privilege(s.oid, 'UPDATE'), " +
-		"pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'INSERT')) ORDER BY a.attnum) " +
+		"pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'INSERT'), " +
+		"(SELECT q.seqincrement FROM pg_catalog.pg_sequence q WHERE q.seqrelid = s.oid)) ORDER BY a.attnum) " +
 		"FROM pg_catalog.pg_attrdef d " +
 		"JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum AND NOT a.attisdropped AND a.attgenerated = '' " +
 		"JOIN pg_catalog.pg_proc f ON f.oid = pg_catalog.to_regprocedure('snowflake.nextval(pg_catalog.regclass)') AND pg_catalog.has_function_privilege(f.oid, 'EXECUTE') " +
@@ -208,10 +209,11 @@ func (m *mirror) applyRel(name string, v *string) bool {
 		var d plan.ColumnDefault
 		var oid uint32
 		var usable bool
-		if len(c) != 7 || json.Unmarshal(c[0], &d.Name) != nil || json.Unmarshal(c[1], &d.Quoted) != nil ||
+		var inc int64
+		if len(c) != 8 || json.Unmarshal(c[0], &d.Name) != nil || json.Unmarshal(c[1], &d.Quoted) != nil ||
 			json.Unmarshal(c[2], &d.Position) != nil || json.Unmarshal(c[3], &oid) != nil ||
 			json.Unmarshal(c[4], &d.Seq) != nil || json.Unmarshal(c[5], &usable) != nil ||
-			json.Unmarshal(c[6], &d.Insertable) != nil {
+			json.Unmarshal(c[6], &d.Insertable) != nil || json.Unmarshal(c[7], &inc) != nil {
 			return false
 		}
 		d.AllInsertable = r.T
@@ -221,7 +223,7 @@ func (m *mirror) applyRel(name string, v *string) bool {
 		if m.seqs == nil {
 			m.seqs = map[string]seqInfo{}
 		}
-		m.seqs[d.Seq] = seqInfo{oid: oid, usable: usable}
+		m.seqs[d.Seq] = seqInfo{oid: oid, usable: usable, inc: inc}
 	}
 	m.rels[name] = info
 	return true

@@ -13,12 +13,14 @@ import (
 // has no JSON number form), applyRel refused the row, and no INSERT default
 // was ever filled. This runs the real hidden query on a real server and
 // checks what the session learns: which shapes of default qualify, their
-// positions, sequences and privileges.
+// positions, sequences, privileges and INCREMENTs (regression: the
+// INCREMENT of a default's sequence was not read, and INSERT defaults of an
+// INCREMENT 100 sequence were issued with INCREMENT 1).
 func TestRelColumnOnTheServer(t *testing.T) {
 	srv := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t, srv)
 	pgtest.Exec(t, srv, db, shimSQL+`
-		CREATE SEQUENCE s1;
+		CREATE SEQUENCE s1 INCREMENT 100;
 		CREATE TABLE t (gone int, a int, id bigint DEFAULT snowflake.nextval(), "Id2" bigint DEFAULT snowflake.nextval('s1'::regclass),
 			cast_id int DEFAULT snowflake.nextval('s1'), dyn bigint DEFAULT snowflake.nextval('s1'::text::regclass),
 			plus bigint DEFAULT snowflake.nextval('s1') + 1, plain bigint DEFAULT nextval('s1'));
@@ -53,7 +55,7 @@ func TestRelColumnOnTheServer(t *testing.T) {
 	if len(got) != 2 || got[0].Name != "id" || got[0].Position != 1 || got[1].Name != "Id2" || got[1].Quoted != `"Id2"` || got[1].Position != 2 {
 		t.Fatalf("defaults of t = %+v, want id at 1 and Id2 at 2 (casts, dynamic arguments, expressions and pg_catalog.nextval do not qualify)", got)
 	}
-	if m.seqs[got[0].Seq].oid != idSeq || m.seqs[got[1].Seq].oid != s1 || !m.seqs[got[1].Seq].usable {
+	if m.seqs[got[0].Seq] != (seqInfo{oid: idSeq, usable: true, inc: 1}) || m.seqs[got[1].Seq] != (seqInfo{oid: s1, usable: true, inc: 100}) {
 		t.Errorf("sequences of t's defaults: %q -> %+v, %q -> %+v", got[0].Seq, m.seqs[got[0].Seq], got[1].Seq, m.seqs[got[1].Seq])
 	}
 	if !got[0].Insertable || !got[0].AllInsertable {

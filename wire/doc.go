@@ -142,7 +142,12 @@
 // ones survive, and whose responses the server pump consumes without
 // showing them. When the state is not known, the value is left invalid and
 // the rendered SQL calls the server's shim instead: correct first, fast
-// where possible.
+// where possible. The mirror also holds each sequence's INCREMENT as the
+// session sees it, its own uncommitted ALTER SEQUENCE included, as the
+// extension reads it on every call. The fast-path IDs of one execution are
+// issued together (Snowflakes.NextvalBatch): at one clock reading, so that
+// they are the IDs one C-extension node gives for calls at one instant,
+// and all or none on the event loop's thread.
 //
 // # Column defaults (defaults.go, reprepare.go)
 //

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
@@ -68,54 +69,82 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		return false, true
 	}
 	quiet := p.fence()
-	allValid = true
+	// The Nextval slots the fast path serves are issued together, as the
+	// calls of one statement at one instant (regression: one clock reading
+	// and one lease check per call let the ms move between the calls of a
+	// UNION ALL, and an event loop that gave up half-way had issued IDs
+	// the retry then skipped). p.vals[i].Valid marks them until then.
+	reqs := m.reqs[:0]
 	for i := range t.Slots {
 		s := &t.Slots[i]
-		if !s.Op.IsID() {
+		if s.Op != plan.Nextval {
 			continue
 		}
 		info, known := m.seqs[s.Seq]
-		usable := known && m.fresh && m.shim && info.oid != 0
-		switch {
-		case s.Op == plan.Nextval && quiet && usable && info.usable && !m.readOnly && m.node >= 1 && m.node <= 1023:
-			id, err := p.nextval(info.oid, m.node)
-			if err != nil {
-				ss.log.Debug("fast path refused", logError, err)
-				break
+		if known && m.fresh && m.shim && info.oid != 0 && quiet && info.usable && !m.readOnly && m.node >= 1 && m.node <= 1023 {
+			reqs = append(reqs, generator.Request{Seq: info.oid, Inc: info.inc})
+			p.vals[i].Valid = true
+		}
+	}
+	m.reqs = reqs
+	if len(reqs) > 0 {
+		ok, err := p.nextvals(reqs, m.node)
+		if err != nil {
+			ss.log.Debug("fast path refused", logError, err)
+		}
+		if !ok {
+			for i := range p.vals {
+				p.vals[i].Valid = false
 			}
 			if p.wouldWait {
-				return false, true
+				return false, true // nothing was issued: the retry starts over
 			}
-			p.vals[i] = plan.Value{ID: id, Valid: true}
+		}
+	}
+	allValid = true
+	k := 0
+	for i := range t.Slots {
+		s := &t.Slots[i]
+		switch {
+		case s.Op == plan.Nextval && p.vals[i].Valid:
+			r := &reqs[k]
+			k++
+			p.vals[i].ID = r.ID
 			if m.currval == nil {
 				m.currval = map[uint32]int64{}
 			}
-			m.currval[info.oid] = id
-			ss.srv.stats.fast.Add(1)
+			m.currval[r.Seq] = r.ID
 			continue
-		case s.Op == plan.Currval && usable:
-			if v, ok := m.currval[info.oid]; ok {
-				p.vals[i] = plan.Value{ID: v, Valid: true}
-				continue
+		case s.Op == plan.Currval:
+			if info, known := m.seqs[s.Seq]; known && m.fresh && m.shim && info.oid != 0 {
+				if v, ok := m.currval[info.oid]; ok {
+					p.vals[i] = plan.Value{ID: v, Valid: true}
+					continue
+				}
 			}
+		case !s.Op.IsID():
+			continue
 		}
 		allValid = false
 	}
+	ss.srv.stats.fast.Add(uint64(k))
 	return allValid, true
 }
 
-// nextval issues one fast-path ID; on the event loop's thread it never
-// waits, and sets wouldWait instead when it would have to.
-func (p *clientPump) nextval(seq uint32, node int) (int64, error) {
+// nextvals issues the fast-path IDs of one execution; on the event loop's
+// thread it never waits, and sets wouldWait instead when it would have to
+// (nothing is issued then). ok is false when the fast path refused them.
+func (p *clientPump) nextvals(reqs []generator.Request, node int) (ok bool, err error) {
 	ss := (*session)(p)
 	if !ss.inLoop.Load() {
-		return ss.cfg.Snowflakes.Nextval(ss.ctx, ss.db, seq, node)
+		err = ss.cfg.Snowflakes.NextvalBatch(ss.ctx, ss.db, node, reqs)
+		return err == nil, err
 	}
-	id, ok, err := ss.cfg.Snowflakes.TryNextval(ss.db, seq, node)
+	ok, err = ss.cfg.Snowflakes.TryNextvalBatch(ss.db, node, reqs)
 	if err == nil && !ok {
 		p.wouldWait = true
 	}
-	return id, err
+	return ok, err
 }
 
 // mustWait reports, and clears, whether a step on the event loop's thread

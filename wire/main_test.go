@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
@@ -129,23 +130,26 @@ type fakeSnowflakes struct {
 	fail   atomic.Bool
 	epoch  atomic.Uint64
 	fences atomic.Int64
-	wait   atomic.Bool // TryNextval reports that Nextval would wait
+	wait   atomic.Bool // TryNextvalBatch reports that NextvalBatch would wait
 }
 
-func (f *fakeSnowflakes) Nextval(ctx context.Context, db string, seq uint32, node int) (int64, error) {
+func (f *fakeSnowflakes) NextvalBatch(ctx context.Context, db string, node int, reqs []generator.Request) error {
 	if f.fail.Load() {
-		return 0, io.ErrUnexpectedEOF
+		return io.ErrUnexpectedEOF
 	}
-	f.calls.Add(1)
-	return f.next.Add(1)<<12 | int64(node), nil
+	for i := range reqs {
+		f.calls.Add(1)
+		reqs[i].ID = f.next.Add(1)<<12 | int64(node)
+	}
+	return nil
 }
 
-func (f *fakeSnowflakes) TryNextval(db string, seq uint32, node int) (int64, bool, error) {
+func (f *fakeSnowflakes) TryNextvalBatch(db string, node int, reqs []generator.Request) (bool, error) {
 	if f.wait.Load() {
-		return 0, false, nil
+		return false, nil
 	}
-	id, err := f.Nextval(context.Background(), db, seq, node)
-	return id, err == nil, err
+	err := f.NextvalBatch(context.Background(), db, node, reqs)
+	return err == nil, err
 }
 
 // CatalogEpoch reports epoch (0 until a test sets it: defaults stay with

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
@@ -19,6 +20,9 @@ type mirror struct {
 	shim     bool
 	seqs     map[string]seqInfo // regclass text -> resolution, per search_path and role
 	currval  map[uint32]int64   // the latest fast-path value per sequence OID
+	// reqs is values' scratch (ids.go): the fast-path IDs of one
+	// execution, kept so that issuing them allocates nothing.
+	reqs []generator.Request
 
 	// INSERT targets (defaults.go).
 	isolation string                        // transaction_isolation at the last refresh
@@ -33,6 +37,11 @@ type mirror struct {
 type seqInfo struct {
 	oid    uint32 // 0: not a relation
 	usable bool   // a sequence the current role may use (USAGE or UPDATE)
+	// inc is pg_sequence.seqincrement as the session sees it, its own
+	// uncommitted ALTER SEQUENCE included: the extension reads it on every
+	// call. The statements that may change it touch the catalog, which
+	// drops the entry.
+	inc int64
 }
 
 // invalidate drops what the touches may have changed.
@@ -64,8 +73,14 @@ const (
 	hqFixed
 )
 
-// mirrorSQL builds the hidden query: the settings, then three columns per
-// sequence name (oid, relkind, privilege), then one per INSERT target name
+// seqCols are the columns of the hidden query per sequence name.
+var seqCols = [...]string{"c.oid", "c.relkind",
+	"CASE WHEN c.relkind = 'S' THEN pg_catalog.has_sequence_privilege(c.oid, 'USAGE') OR pg_catalog.has_sequence_privilege(c.oid, 'UPDATE') END",
+	"(SELECT s.seqincrement FROM pg_catalog.pg_sequence s WHERE s.seqrelid = c.oid)"}
+
+// mirrorSQL builds the hidden query: the settings, then four columns per
+// sequence name (oid, relkind, privilege, increment), then one per INSERT
+// target name
 // (defaults.go). Every function is qualified with pg_catalog so the
 // client's search_path cannot redirect it, and nothing in it can raise for
 // names the rewriter validated.
@@ -76,8 +91,7 @@ func mirrorSQL(dst []byte, names, rels []string) []byte {
 		"WHERE n.nspname = 'snowflake' AND p.proname = '_currval'), "+
 		"pg_catalog.current_setting('transaction_isolation')"...)
 	for _, name := range names {
-		for _, col := range [3]string{"c.oid", "c.relkind",
-			"CASE WHEN c.relkind = 'S' THEN pg_catalog.has_sequence_privilege(c.oid, 'USAGE') OR pg_catalog.has_sequence_privilege(c.oid, 'UPDATE') END"} {
+		for _, col := range seqCols {
 			dst = append(dst, ", (SELECT "+col+" FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass("...)
 			dst = appendLiteral(dst, name)
 			dst = append(dst, "))"...)
@@ -111,7 +125,7 @@ func appendLiteral(dst []byte, s string) []byte {
 
 // apply reads the result of mirrorSQL(names, rels).
 func (m *mirror) apply(row []*string, names, rels []string) bool {
-	if len(row) != hqFixed+3*len(names)+len(rels) {
+	if len(row) != hqFixed+len(seqCols)*len(names)+len(rels) {
 		return false
 	}
 	get := func(i int) string {
@@ -130,12 +144,13 @@ func (m *mirror) apply(row []*string, names, rels []string) bool {
 		m.seqs = map[string]seqInfo{}
 	}
 	for i, name := range names {
-		c := hqFixed + 3*i
+		c := hqFixed + len(seqCols)*i
 		oid, _ := strconv.ParseUint(get(c), 10, 32)
-		m.seqs[name] = seqInfo{oid: uint32(oid), usable: get(c+1) == "S" && get(c+2) == "t"}
+		inc, err := strconv.ParseInt(get(c+3), 10, 64)
+		m.seqs[name] = seqInfo{oid: uint32(oid), usable: get(c+1) == "S" && get(c+2) == "t" && err == nil, inc: inc}
 	}
 	for i, name := range rels {
-		if !m.applyRel(name, row[hqFixed+3*len(names)+i]) {
+		if !m.applyRel(name, row[hqFixed+len(seqCols)*len(names)+i]) {
 			return false
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"unsafe"
 
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
@@ -28,21 +29,25 @@ func viewString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len
 // Snowflakes serves the fast path and the extension statements. compat
 // implements it on top of generator.
 type Snowflakes interface {
-	// Nextval issues the next snowflake of the sequence with OID seq in
-	// database, with node bits node (1..1023), following the pgEdge rule
-	// and the sequence's INCREMENT. The session has already resolved the
-	// name and checked privileges, node and transaction state.
+	// NextvalBatch fills reqs with the next snowflakes of their sequences
+	// (by OID) in database, with node bits node (1..1023), following the
+	// pgEdge rule and each request's INCREMENT, as the calls of one
+	// statement evaluated at one instant (generator.Generator.NextBatch).
+	// The session has already resolved the names and checked privileges,
+	// node and transaction state.
 	//
-	// Any error means only that the fast path cannot serve this call (for
-	// example the shim is not installed in that database): the session
-	// then lets the server's shim produce the value or the error. Errors
-	// are logged, never shown to the client.
-	Nextval(ctx context.Context, database string, seq uint32, node int) (int64, error)
-	// TryNextval is Nextval for the event loop's thread, which must never
-	// wait: ok is false (and err nil) when Nextval would have to wait, for
-	// a lease or anything else; the session then continues on its
-	// goroutines, which call Nextval.
-	TryNextval(database string, seq uint32, node int) (id int64, ok bool, err error)
+	// Any error means only that the fast path cannot serve these calls
+	// (for example the shim is not installed in that database): the
+	// session then lets the server's shim produce the values or the error.
+	// Errors are logged, never shown to the client.
+	NextvalBatch(ctx context.Context, database string, node int, reqs []generator.Request) error
+	// TryNextvalBatch is NextvalBatch for the event loop's thread, which
+	// must never wait: ok is false (and err nil) when NextvalBatch would
+	// have to wait, for a lease or anything else; it has then issued
+	// nothing (but for a race with another session, which loses positions
+	// and never repeats them), and the session continues on its
+	// goroutines, which call NextvalBatch.
+	TryNextvalBatch(database string, node int, reqs []generator.Request) (ok bool, err error)
 	// ExtensionSQL returns one SQL statement (a DO block) that performs the
 	// extension statement op in the client's own session and transaction.
 	ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error)
@@ -54,10 +59,10 @@ type Snowflakes interface {
 	// load) and must not block. With 0, column defaults are left to the
 	// server (defaults.go).
 	CatalogEpoch(database string) uint64
-	// Fence makes the next Nextval of every sequence of database (of seq
-	// only, when not 0) continue above every ID issued so far by other
-	// paths (the server's shim); with external, also above the sequence's
-	// own last_value (set by setval or ALTER SEQUENCE). It must not block:
-	// the next Nextval waits for the fresh lease instead.
+	// Fence makes the next IDs of every sequence of database (of seq only,
+	// when not 0) continue above every ID issued so far by other paths
+	// (the server's shim); with external, also above the sequence's own
+	// last_value (set by setval or ALTER SEQUENCE). It must not block: the
+	// next NextvalBatch waits for the fresh lease instead.
 	Fence(database string, seq uint32, external bool)
 }

@@ -1,0 +1,85 @@
+package wire
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// idSession is a session whose mirror knows sequence s (INCREMENT 100) and
+// may serve it on the fast path, with a fake generator.
+func idSession(f *fakeSnowflakes) (*clientPump, *plan.Template) {
+	ss := benchSession(false, bytes.NewReader(nil))
+	ss.cfg.Snowflakes = f
+	p := (*clientPump)(ss)
+	p.mirror = mirror{fresh: true, node: 5, shim: true, seqs: map[string]seqInfo{"s": {oid: 16384, usable: true, inc: 100}}}
+	s := plan.Slot{Op: plan.Nextval, Seq: "s", Arg: "'s'"}
+	c := plan.Slot{Op: plan.Currval, Seq: "s", Arg: "'s'"}
+	t := &plan.Template{Parts: []string{"SELECT ", ", ", ", ", ", ", ""}, Slots: []plan.Slot{s, s, c, s}}
+	return p, t
+}
+
+// The fast-path IDs of one execution are issued as one batch, in slot
+// order, and a currval after a nextval of the statement gets that value.
+func TestValuesIssueOneBatch(t *testing.T) {
+	f := &fakeSnowflakes{}
+	p, tmpl := idSession(f)
+	allValid, ok := p.values(tmpl, false, true)
+	if !allValid || !ok {
+		t.Fatalf("values: allValid %v, ok %v", allValid, ok)
+	}
+	v := p.vals
+	if !v[0].Valid || !v[1].Valid || !v[3].Valid || v[1].ID <= v[0].ID || v[3].ID <= v[1].ID {
+		t.Fatalf("IDs not in slot order: %+v", v)
+	}
+	if !v[2].Valid || v[2].ID != v[1].ID {
+		t.Fatalf("currval after the second call: %+v, want %d", v[2], v[1].ID)
+	}
+	if f.calls.Load() != 3 {
+		t.Fatalf("%d IDs issued, want 3", f.calls.Load())
+	}
+}
+
+// On the event loop's thread a batch that would wait hands the session
+// over with no value left behind, and the retry on its goroutine issues
+// the whole batch (the generator's TryNextBatch issues nothing then: before
+// batches, a statement whose second call would have waited had issued its
+// first, and the retry issued it again, so the client saw counts 1, 2, 3
+// where one node gives 0, 1, 2).
+func TestValuesOnLoopIssueAllOrNothing(t *testing.T) {
+	f := &fakeSnowflakes{}
+	f.wait.Store(true)
+	p, tmpl := idSession(f)
+	p.inLoop.Store(true)
+	if _, ok := p.values(tmpl, false, true); !ok || !p.mustWait() {
+		t.Fatalf("values on the loop with a lease pending: ok %v, want a handover", ok)
+	}
+	if n := f.calls.Load(); n != 0 {
+		t.Fatalf("%d IDs issued before the handover, want 0", n)
+	}
+	for i, v := range p.vals {
+		if v.Valid {
+			t.Fatalf("slot %d kept a value after the handover: %+v", i, v)
+		}
+	}
+	p.inLoop.Store(false)
+	f.wait.Store(false)
+	if allValid, _ := p.values(tmpl, false, true); !allValid || f.calls.Load() != 3 {
+		t.Fatalf("retry: allValid %v, %d IDs issued, want 3", allValid, f.calls.Load())
+	}
+}
+
+// Issuing the IDs of a statement allocates nothing once the session's
+// buffers are warm.
+func TestValuesAllocateNothing(t *testing.T) {
+	p, tmpl := idSession(&fakeSnowflakes{})
+	p.values(tmpl, false, true)
+	if n := testing.AllocsPerRun(200, func() {
+		if allValid, ok := p.values(tmpl, false, true); !allValid || !ok {
+			t.Fatal("fast path refused")
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per execution, want 0", n)
+	}
+}
