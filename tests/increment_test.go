@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -200,4 +201,72 @@ func (p *statsProxy) waitCatalogEpoch(t *testing.T, not uint64) uint64 {
 		}
 		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
 	}
+}
+
+// Regression: inside a transaction block, ALTER SEQUENCE (and TRUNCATE
+// ... RESTART IDENTITY, which resets owned sequences) holds a lock on the
+// sequence until the transaction ends; the next snowflake.nextval through
+// the proxy asked for a lease on a control connection, whose query waited
+// for that lock while the session waited for the lease: the statement
+// hung for good. Such transactions now leave their calls to the shim,
+// which issues in the session itself, with the new INCREMENT; after the
+// commit the fast path continues above them with it.
+func TestAlterSequenceInTransaction(t *testing.T) {
+	const node = 6
+	p := newStatsProxy(t, node)
+	admin := p.connect(t, pgx.QueryExecModeSimpleProtocol)
+	mustRun(t, admin, "CREATE EXTENSION snowflake")
+	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
+		conn := p.connect(t, mode)
+		seq := "tx_" + modeName(mode)
+		mustRun(t, admin, fmt.Sprintf("CREATE SEQUENCE %[1]s; CREATE TABLE %[1]s_t (id bigint DEFAULT snowflake.nextval('%[1]s'))", seq))
+		mustRun(t, admin, fmt.Sprintf("CREATE SEQUENCE %[1]s_owned; CREATE TABLE %[1]s_o (id bigint DEFAULT snowflake.nextval('%[1]s_owned')); ALTER SEQUENCE %[1]s_owned OWNED BY %[1]s_o.id", seq))
+		mustRun(t, admin, fmt.Sprintf("INSERT INTO %s_o DEFAULT VALUES", seq))
+		prev := mustInt64(t, admin, fmt.Sprintf("SELECT snowflake.nextval('%s')", seq)) // a lease of this key exists
+
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var ids []int64
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER SEQUENCE %s INCREMENT 100", seq)); err != nil {
+				return err
+			}
+			got, err := queryInt64s(ctx, conn, fmt.Sprintf(unionOf3, seq))
+			if err != nil {
+				return err
+			}
+			ids = append(ids, got...)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("transaction with ALTER SEQUENCE: %v", err)
+		}
+		// TRUNCATE ... RESTART IDENTITY locks the owned sequence alike.
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("TRUNCATE %s_o RESTART IDENTITY", seq)); err != nil {
+				return err
+			}
+			got, err := queryInt64s(ctx, conn, fmt.Sprintf("INSERT INTO %s_o DEFAULT VALUES RETURNING id", seq))
+			if err == nil {
+				checkIDs(t, "after TRUNCATE ... RESTART IDENTITY", got, node)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("transaction with TRUNCATE ... RESTART IDENTITY: %v", err)
+		}
+		before := p.ws.Stats().FastIDs
+		after := mustInt64s(t, conn, fmt.Sprintf(unionOf3, seq))
+		if fast := p.ws.Stats().FastIDs - before; fast != 3 {
+			t.Fatalf("after the commit: %d of 3 IDs from the fast path", fast)
+		}
+		ids = append(ids, after...)
+		checkIDs(t, "IDs around the transaction", append([]int64{prev}, ids...), node)
+		for i, id := range ids {
+			if !ruleFollows(prev, id, 100) {
+				t.Fatalf("ID %d: %v after %v breaks the rule with INCREMENT 100", i, decodeID(id), decodeID(prev))
+			}
+			prev = id
+		}
+	})
 }

@@ -147,7 +147,9 @@
 // extension reads it on every call. The fast-path IDs of one execution are
 // issued together (Snowflakes.NextvalBatch): at one clock reading, so that
 // they are the IDs one C-extension node gives for calls at one instant,
-// and all or none on the event loop's thread.
+// and all or none on the event loop's thread. Inside a transaction block
+// that ran DDL or setval they are left to the shim: a lease, taken on
+// another connection, would wait for that transaction's locks.
 //
 // # Column defaults (defaults.go, reprepare.go)
 //

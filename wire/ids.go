@@ -165,16 +165,24 @@ const touchFence = plan.TouchShim | plan.TouchSequence
 // right, the shim's values being the larger ones); once answered,
 // Snowflakes.Fence, so the next fast-path ID is above theirs (and, after a
 // setval or ALTER SEQUENCE, above the sequence's last_value).
+//
+// It also returns false inside a transaction block that ran DDL or set a
+// sequence: ALTER SEQUENCE, TRUNCATE ... RESTART IDENTITY and DROP hold
+// locks on the sequence until the transaction ends, and a lease taken on
+// a control connection would wait for them while the session waits for
+// the lease (regression: BEGIN; ALTER SEQUENCE s INCREMENT 100; SELECT
+// snowflake.nextval('s') hung). The shim issues in the session itself.
 func (p *clientPump) fence() bool {
 	ss := (*session)(p)
 	ss.mu.Lock()
 	busy, due := ss.shimBusy, ss.fenceDue
+	locks := ss.txStatus != 'I' && ss.pending&(plan.TouchCatalog|plan.TouchSequence) != 0
 	ss.fenceDue = 0
 	ss.mu.Unlock()
 	if due != 0 {
 		ss.cfg.Snowflakes.Fence(ss.db, 0, due&plan.TouchSequence != 0)
 	}
-	return busy == 0
+	return busy == 0 && !locks
 }
 
 // markShim records that a statement about to be forwarded may issue IDs in

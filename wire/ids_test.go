@@ -70,6 +70,36 @@ func TestValuesOnLoopIssueAllOrNothing(t *testing.T) {
 	}
 }
 
+// Inside a transaction block that ran DDL the calls go to the shim: a lease
+// would wait for that transaction's locks (regression: BEGIN; ALTER
+// SEQUENCE ...; SELECT snowflake.nextval(...) hung). Outside one, or in
+// a transaction without DDL, the fast path serves.
+func TestValuesLeaveTransactionWithDDLToShim(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		status  byte
+		pending plan.Touch
+		fast    bool
+	}{
+		{"idle", 'I', 0, true},
+		{"transaction", 'T', 0, true},
+		{"transaction that set the node", 'T', plan.TouchNode, true},
+		{"transaction with DDL", 'T', plan.TouchCatalog, false},
+		{"transaction with setval", 'T', plan.TouchSequence, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeSnowflakes{}
+			p, tmpl := idSession(f)
+			ss := (*session)(p)
+			ss.txStatus, ss.pending = tc.status, tc.pending
+			allValid, ok := p.values(tmpl, false, true)
+			if !ok || allValid != tc.fast || (f.calls.Load() == 3) != tc.fast {
+				t.Fatalf("allValid %v, ok %v, %d IDs issued; want fast path %v", allValid, ok, f.calls.Load(), tc.fast)
+			}
+		})
+	}
+}
+
 // Issuing the IDs of a statement allocates nothing once the session's
 // buffers are warm.
 func TestValuesAllocateNothing(t *testing.T) {
