@@ -70,7 +70,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ErrNodeClaimed is returned (wrapped) by Nextval when another live proxy
+// ErrNodeClaimed is returned (wrapped) by NextvalBatch when another live proxy
 // holds this proxy's node on the database.
 var ErrNodeClaimed = errors.New("compat: node claim held by another proxy")
 
