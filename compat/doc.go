@@ -7,7 +7,9 @@
 //     sent through the proxy. ExtensionSQL turns CREATE/DROP/ALTER
 //     EXTENSION into one DO statement that runs in the client's own session
 //     and transaction, so it is as transactional as the real statement and
-//     gives PostgreSQL's errors and notices;
+//     gives PostgreSQL's errors and notices. versions.go lists the pgEdge
+//     versions it installs and updates along; sql/repair.sql is the
+//     sequence repair of pgEdge's update to 2.5.0;
 //   - the lease store (leasestore.go): generator.LeaseStore on a small pgx
 //     pool per database (service.go), reserving windows of positions through
 //     the shim's snowflake._lease function, one round trip per lease;

@@ -9,11 +9,6 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
-// ShimVersion is the pgEdge extension version the shim provides; it is the
-// only version CREATE EXTENSION ... VERSION and ALTER EXTENSION ... UPDATE TO
-// accept.
-const ShimVersion = "2.6"
-
 // NotifyChannel is the channel the shim's event trigger notifies after DDL
 // (payload: the command tag). Only installed when a superuser ran CREATE
 // EXTENSION.
@@ -44,11 +39,13 @@ func stripHeader(s string) string {
 }
 
 var (
-	functionsSQL = mustRead("functions.sql")
-	eventsSQL    = mustRead("events.sql")
-	installSQL   = mustRead("install.sql")
-	dropSQL      = mustRead("drop.sql")
-	updateSQL    = mustRead("update.sql")
+	functionsSQL   = mustRead("functions.sql")
+	eventsSQL      = mustRead("events.sql")
+	installSQL     = mustRead("install.sql")
+	dropSQL        = mustRead("drop.sql")
+	updateSQL      = mustRead("update.sql")
+	repairSQL      = mustRead("repair.sql")
+	versionNameSQL = mustRead("versionname.sql")
 )
 
 // ExtensionSQL returns the DO statement that performs the extension
@@ -62,7 +59,11 @@ func ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {
 	r := strings.NewReplacer(
 		"{{FUNCTIONS}}", functionsSQL,
 		"{{EVENT_TRIGGERS}}", eventsSQL,
-		"{{SHIM_VERSION}}", ShimVersion,
+		"{{VERSIONS}}", versionsArray(),
+		"{{DEFAULT_VERSION}}", sqlText(DefaultVersion),
+		"{{REPAIR_FROM}}", sqlText(repairFrom),
+		"{{VERSION_NAME}}", versionNameSQL,
+		"{{REPAIR}}", repairSQL,
 		"{{IF_NOT_EXISTS}}", sqlBool(opts.IfNotExists),
 		"{{IF_EXISTS}}", sqlBool(opts.IfExists),
 		"{{CASCADE}}", sqlBool(opts.Cascade),

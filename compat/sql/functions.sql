@@ -26,11 +26,8 @@
 -- transaction older than it is over, then raises H to S once, and only then
 -- grants leases from H.
 
--- _shim_version marks the schema as the shim's and tells which version of
--- the pgEdge API it provides.
-CREATE OR REPLACE FUNCTION snowflake._shim_version() RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $fn$SELECT '2.6'::text$fn$;
+-- snowflake._shim_version() is not here: install.sql and update.sql define
+-- it with the version they install.
 
 -- Decoding. SQL functions without SET clauses so the planner inlines them.
 CREATE OR REPLACE FUNCTION snowflake.get_epoch(bigint) RETURNS numeric

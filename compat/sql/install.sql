@@ -2,11 +2,14 @@
 -- in the client's own session and transaction (so it is as transactional
 -- as the real CREATE EXTENSION). compat fills the placeholders in double
 -- braces: IF_NOT_EXISTS and CASCADE are true/false, VERSION and SCHEMA are
--- SQL literals or NULL, FUNCTIONS is functions.sql, EVENT_TRIGGERS is
--- events.sql.
+-- SQL literals or NULL, VERSIONS is the array of versions the shim
+-- installs (oldest first), DEFAULT_VERSION and REPAIR_FROM literals,
+-- FUNCTIONS is functions.sql, EVENT_TRIGGERS events.sql, VERSION_NAME
+-- versionname.sql and REPAIR repair.sql.
 DO $sfshim$
 DECLARE
-    v_version text := {{VERSION}};
+    v_versions text[] := {{VERSIONS}};
+    v_version text := coalesce({{VERSION}}, {{DEFAULT_VERSION}});
     v_schema text := {{SCHEMA}};
     v_created boolean := false;
     v_super boolean;
@@ -20,7 +23,8 @@ BEGIN
         END IF;
         RAISE EXCEPTION 'extension "snowflake" already exists' USING ERRCODE = 'duplicate_object';
     END IF;
-    IF v_version IS NOT NULL AND v_version <> '{{SHIM_VERSION}}' THEN
+{{VERSION_NAME}}
+    IF pg_catalog.array_position(v_versions, v_version) IS NULL THEN
         RAISE EXCEPTION 'extension "snowflake" has no installation script nor update path for version "%"', v_version
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -36,7 +40,7 @@ BEGIN
     -- The mark DROP EXTENSION looks for: a schema that the shim created is
     -- dropped with it, a schema that existed before keeps everything else.
     EXECUTE pg_catalog.format('COMMENT ON SCHEMA snowflake IS %L',
-        CASE WHEN v_created THEN 'snowflake-proxy shim {{SHIM_VERSION}}: pgEdge snowflake API in SQL'
+        CASE WHEN v_created THEN 'snowflake-proxy shim: pgEdge snowflake API in SQL'
              ELSE pg_catalog.obj_description(pg_catalog.to_regnamespace('snowflake'), 'pg_namespace') END);
     IF pg_catalog.to_regclass('snowflake.id_seq') IS NULL THEN
         CREATE SEQUENCE snowflake.id_seq;
@@ -47,6 +51,14 @@ BEGIN
     EXECUTE pg_catalog.format(
         'CREATE OR REPLACE FUNCTION snowflake._shim_owns_schema() RETURNS boolean LANGUAGE sql IMMUTABLE AS %L',
         'SELECT ' || v_created::text);
+    -- The installed version: what pg_extension.extversion would say.
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION snowflake._shim_version() RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        'SELECT ' || pg_catalog.quote_literal(v_version) || '::text');
+    GRANT EXECUTE ON FUNCTION snowflake._shim_version() TO PUBLIC;
+    IF pg_catalog.array_position(v_versions, v_version) >= pg_catalog.array_position(v_versions, {{REPAIR_FROM}}) THEN
+{{REPAIR}}
+    END IF;
 
     -- Catalog-change notifications for the proxy's caches need an event
     -- trigger, which only a superuser may create; without one the proxy
