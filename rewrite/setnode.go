@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/guc"
 )
 
 // nodeGUC is the setting the extension declares: integer 0..1023,
@@ -23,7 +25,7 @@ const (
 // becomes a DO block that makes the same checks, in the server's order
 // (argument count, privilege, value), and then runs the statement. The
 // value is checked here, at analysis time, with PostgreSQL's own integer
-// syntax (parseGUCInt); a valid value written other than as a plain integer
+// syntax (guc.CheckInt); a valid value written other than as a plain integer
 // ('7', 0x7, 7.2) is normalised (SET snowflake.node = 7) so that
 // current_setting returns what the extension would. It returns the command
 // tag, or "" when the statement is not about snowflake.node.
@@ -56,14 +58,9 @@ func (a *analyzer) setNode(raw *pg_query.RawStmt, s *pg_query.VariableSetStmt) s
 			if !ok {
 				return "" // a value form SET does not produce: let the server decide
 			}
-			n, hint, ok := parseGUCInt(val)
-			switch {
-			case !ok:
-				raise(&body, errValCode, `invalid value for parameter "`+s.Name+`": "`+val+`"`, hint)
-			case n < nodeGUCMin || n > nodeGUCMax:
-				raise(&body, errValCode, strconv.Itoa(int(n))+` is outside the valid range for parameter "`+
-					s.Name+`" (`+strconv.Itoa(nodeGUCMin)+` .. `+strconv.Itoa(nodeGUCMax)+`)`, "")
-			default:
+			if n, err := guc.CheckInt(s.Name, val, nodeGUCMin, nodeGUCMax); err != nil {
+				raise(&body, errValCode, err.Message, err.Hint)
+			} else {
 				if !verbatim {
 					stmt = "SET " + localWord(s) + nodeGUC + " = " + strconv.Itoa(int(n))
 				}

@@ -1,4 +1,4 @@
-package rewrite
+package guc
 
 import (
 	"math"
@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-// parseGUCInt mirrors PostgreSQL's parse_int (src/backend/utils/misc/guc.c)
-// for an integer setting without unit, so that SET snowflake.node accepts
-// and rejects exactly the values the real extension does: C strtol with
+// ParseInt mirrors PostgreSQL's parse_int (src/backend/utils/misc/guc.c)
+// for an integer setting without unit, so that snowflake.node accepts and
+// rejects exactly the values the real extension does: C strtol with
 // base 0 (so 0x1F and 017), falling back to strtod when the number stops at
 // '.', 'e' or 'E' or overflows, trailing blanks allowed, rounded half to
 // even (rint). hint is PostgreSQL's hint when it gives one.
-func parseGUCInt(s string) (v int32, hint string, ok bool) {
+func ParseInt(s string) (v int32, hint string, ok bool) {
 	val, end, rangeErr := cStrtol(s)
 	if end < len(s) && (s[end] == '.' || s[end] == 'e' || s[end] == 'E') || rangeErr {
 		val, end, rangeErr = cStrtod(s)
