@@ -39,6 +39,11 @@ func (ss *session) authenticate() error {
 				body = withoutChannelBinding(body)
 				ss.saslStarted = true
 			}
+			if typ == 'Z' {
+				if body, err = ss.admitStartupNode(body); err != nil {
+					return err
+				}
+			}
 			ss.out = append(ss.out[:0], typ, 0, 0, 0, 0)
 			ss.out = append(ss.out, body...)
 			binary.BigEndian.PutUint32(ss.out[1:], uint32(len(body)+4))

@@ -14,7 +14,8 @@
 //     one place that dials the upstream for a cancel).
 //   - session.go: one session per client connection; its goroutine runs
 //     startup, then the two pumps, and waits for both.
-//   - startup.go, tls.go, cancel.go, auth.go: the startup phase.
+//   - startup.go, tls.go, cancel.go, auth.go: the startup phase;
+//     startupnode.go: snowflake.node set by the client's startup packet.
 //   - client.go (client → server) and relay.go (server → client): the pumps.
 //   - frame.go: length-prefixed messages read with a bounded, reusable
 //     buffer; pass-through messages are copied raw, never decoded.
@@ -59,7 +60,9 @@
 //     server refuses. ParameterStatus values are remembered; BackendKeyData
 //     is relayed verbatim, and its process id and key (4 bytes, or up to
 //     256 with protocol 3.2) kept for phase 7. The phase ends at the first
-//     ReadyForQuery.
+//     ReadyForQuery, unless the client set snowflake.node at startup in a
+//     way the extension refuses (startupnode.go): then that FATAL replaces
+//     it.
 //  4. Event loop (loop.go). A session on plain sockets is relayed by an
 //     event loop first: the steps of 5 and 6 below run on the loop's thread, one
 //     read per readiness event, as long as no step has to wait; then the

@@ -47,6 +47,8 @@ type session struct {
 	saslStarted bool // startup: the next client answer is a SASLInitialResponse
 	authAsked   bool // startup: the server asked the client for credentials
 
+	startupNode *startupNode // startup: snowflake.node the client set (startupnode.go)
+
 	mu       sync.Mutex
 	q        owedQueue
 	txStatus byte       // from the last ReadyForQuery

@@ -2,11 +2,9 @@ package wire
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 )
 
@@ -117,26 +115,20 @@ func startupParams(pkt []byte) ([][2]string, error) {
 }
 
 // connect handles a StartupMessage: dial the server, send the packet (with
-// the proxy's snowflake.node added), relay authentication.
+// the proxy's snowflake.node added, or the client's checked: see
+// startupnode.go), relay authentication.
 func (ss *session) connect(pkt []byte) error {
 	params, err := startupParams(pkt)
 	if err != nil {
 		ss.fatalRaw(err)
 		return err
 	}
-	hasNode := false
 	for _, p := range params {
 		switch p[0] {
 		case "user":
 			ss.user = p[1]
 		case "database":
 			ss.db = p[1]
-		case nodeStartupName:
-			hasNode = true
-		case "options":
-			if bytes.Contains([]byte(p[1]), []byte(nodeStartupName)) {
-				hasNode = true
-			}
 		}
 	}
 	if ss.db == "" {
@@ -149,10 +141,10 @@ func (ss *session) connect(pkt []byte) error {
 	ss.admitted = true
 	out := make([]byte, 4, len(pkt)+40)
 	out = append(out, pkt[:len(pkt)-1]...)
-	if ss.cfg.Node != 0 && !hasNode {
+	if node := ss.readStartupNode(params); node != "" {
 		out = append(out, nodeStartupName...)
 		out = append(out, 0)
-		out = strconv.AppendInt(out, int64(ss.cfg.Node), 10)
+		out = append(out, node...)
 		out = append(out, 0)
 	}
 	out = append(out, 0)
