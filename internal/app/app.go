@@ -202,6 +202,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		}
 		return nil, err
 	}
+	warnServerNode(ctx, up, cfg.Node, cfg.UpstreamCheckTimeout, a.log)
 
 	services, err := compat.New(compat.Config{ControlURL: up.controlURL, Node: cfg.Node, Logger: cfg.Logger})
 	if err != nil {
