@@ -29,7 +29,8 @@
 //     continues on its pumps, and returns to the loop when both pumps wait
 //     for input.
 //   - position.go: error cursors in rewritten text mapped back to the
-//     client's text.
+//     client's text; errcontext.go: the shim's CONTEXT lines removed from
+//     errors and notices.
 //   - simple.go, extended.go: the two query protocols; queue.go: the FIFO
 //     of responses owed to the client; ids.go, mirror.go: generated values
 //     and the session state they depend on; local.go, extlocal.go: answers

@@ -130,10 +130,11 @@ func (p *serverPump) handle(typ byte) error {
 			ss.sawFatal.Store(true)
 		}
 		var pm *posMap
+		own := false
 		if ss.track {
 			ss.mu.Lock()
 			if o := ss.q.front(); o != nil {
-				pm = o.pos
+				pm, own = o.pos, ownStatement(o)
 				if o.kind.extended() {
 					// The server now skips to Sync; ready pops the rest.
 					ss.q.pop()
@@ -141,13 +142,13 @@ func (p *serverPump) handle(typ byte) error {
 			}
 			ss.mu.Unlock()
 		}
-		if pm != nil {
-			if fixed, ok := pm.fixPosition(body); ok {
-				ss.sr.consume()
-				return p.write('E', fixed)
-			}
+		if fixed, ok := fixError(body, pm, own); ok {
+			ss.sr.consume()
+			return p.write('E', fixed)
 		}
 		return ss.sr.pass(ss.cw)
+	case 'N':
+		return p.notice()
 	case 'S':
 		return p.parameterStatus()
 	}
