@@ -32,8 +32,9 @@
 // Known differences from the C extension, with their reasons:
 //
 //   - errors raised by the shim carry a CONTEXT field naming the PL/pgSQL
-//     function (PL/pgSQL always adds it); message, SQLSTATE, DETAIL and
-//     HINT are the extension's;
+//     function (PL/pgSQL always adds it), which the proxy removes on its
+//     way to the client (wire/errcontext.go); message, SQLSTATE, DETAIL
+//     and HINT are the extension's;
 //   - the session's currval lives in a custom setting, which a ROLLBACK
 //     restores: after a rolled-back transaction currval reports the value
 //     from before it (or the "not yet defined" error) where the extension
