@@ -11,7 +11,10 @@
 //
 // Files:
 //
-//   - app.go: Config, Start, Close, the accessors.
-//   - upstream.go: parsing --upstream into where sessions and control
-//     connections go.
+//   - app.go: Config, Start, Close, Reload, the accessors.
+//   - upstream.go: parsing --upstream (libpq's connection strings, sslmode
+//     and its environment) into where sessions and control connections go.
+//   - clienttls.go: the TLS offered to clients, reloadable.
+//   - nodecheck.go: the start-up warning when the server's snowflake.node
+//     differs from --node.
 package app
