@@ -174,3 +174,48 @@ func TestManagedPostgresPasswordFile(t *testing.T) {
 		t.Fatalf("pg_stat_ssl.ssl = %s", got)
 	}
 }
+
+// TestManagedPostgresChannelBindingPsql: psql connected to the proxy over
+// TLS, in front of a TLS server with SCRAM. With channel_binding=require
+// libpq stops with its own error, as in front of PgBouncer (the proxy
+// offers no SCRAM-SHA-256-PLUS); with the default (prefer) the proxy
+// explains that channel binding cannot cross it; with
+// channel_binding=disable the login works.
+func TestManagedPostgresChannelBindingPsql(t *testing.T) {
+	srv, caFile := managedServer(t)
+	ca := pgtest.NewCA(t, "proxy CA")
+	certFile, keyFile := ca.Server(t, "127.0.0.1").WriteFiles(t, t.TempDir(), "proxy")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	upstream := fmt.Sprintf("postgres://postgres:%s@localhost:%d/postgres?sslmode=verify-full&sslrootcert=%s",
+		managedPassword, srv.Port(), url.QueryEscape(caFile))
+	a, err := app.Start(ctx, app.Config{Listen: "127.0.0.1:0", Upstream: upstream, TLSCert: certFile, TLSKey: keyFile, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	host, port := splitHostPort(t, a.Addr())
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		t.Fatal("psql not found: the tests need it (README, Prerequisites)")
+	}
+	run := func(channelBinding string) (string, error) {
+		conn := fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=require", host, port)
+		if channelBinding != "" {
+			conn += " channel_binding=" + channelBinding
+		}
+		cmd := exec.CommandContext(ctx, psql, "-X", "-A", "-t", "-d", conn, "-c", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C", "PGPASSWORD=" + managedPassword}
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := run("require"); err == nil || !strings.Contains(out, "channel binding is required, but server did not offer an authentication method that supports channel binding") {
+		t.Fatalf("channel_binding=require: %v %q", err, out)
+	}
+	if out, err := run(""); err == nil || !strings.Contains(out, "channel_binding=disable") {
+		t.Fatalf("default channel_binding over TLS: %v %q", err, out)
+	}
+	if out, err := run("disable"); err != nil || out != "t" {
+		t.Fatalf("channel_binding=disable: %v %q", err, out)
+	}
+}
