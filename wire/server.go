@@ -153,6 +153,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Upstream.Address == "" {
 		return nil, errors.New("wire: upstream address required")
 	}
+	if cfg.Upstream.TLSMode > TLSRequire {
+		return nil, fmt.Errorf("wire: upstream TLS mode %v unknown", cfg.Upstream.TLSMode)
+	}
+	if cfg.Upstream.TLSMode != TLSDisable && cfg.Upstream.TLS == nil {
+		return nil, fmt.Errorf("wire: upstream TLS mode %v needs a TLS configuration", cfg.Upstream.TLSMode)
+	}
 	if cfg.RequireTLS && cfg.TLSConfig == nil {
 		return nil, errors.New("wire: RequireTLS needs a TLSConfig")
 	}

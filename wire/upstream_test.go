@@ -276,3 +276,15 @@ func TestUpstreamClientCertificate(t *testing.T) {
 		t.Fatalf("no certificate: want the server's 28000, got %v", err)
 	}
 }
+
+func TestUpstreamTLSConfigChecked(t *testing.T) {
+	for _, u := range []Upstream{
+		{Address: "127.0.0.1:5432", TLSMode: TLSRequire},
+		{Address: "127.0.0.1:5432", TLSMode: TLSPrefer},
+		{Address: "127.0.0.1:5432", TLSMode: TLSRequire + 1, TLS: unverified()},
+	} {
+		if _, err := New(Config{Upstream: u}); err == nil {
+			t.Fatalf("New accepted %+v", u)
+		}
+	}
+}
