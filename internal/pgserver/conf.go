@@ -90,10 +90,11 @@ func (s *Server) writeConf(o Options, uid, gid int) error {
 	return nil
 }
 
-// replaceFile writes a new file at path, given to uid:gid when uid >= 0.
-// The data directory belongs to the server's OS user while the caller may
-// be root: writing through a name there could follow a link that user
-// left to any file; a new file renamed over the name replaces the link.
+// replaceFile writes a new file at path, given to uid:gid when uid >= 0,
+// and synced to disk. The data directory belongs to the server's OS user
+// while the caller may be root: writing through a name there could follow
+// a link that user left to any file; a new file (O_EXCL) renamed over the
+// name replaces the link, and the file is whole or absent.
 func replaceFile(path string, content []byte, uid, gid int) error {
 	tmp := path + ".new"
 	_ = os.Remove(tmp)
@@ -104,6 +105,9 @@ func replaceFile(path string, content []byte, uid, gid int) error {
 	_, err = f.Write(content)
 	if err == nil && uid >= 0 {
 		err = f.Chown(uid, gid)
+	}
+	if err == nil {
+		err = f.Sync()
 	}
 	if e := f.Close(); err == nil {
 		err = e

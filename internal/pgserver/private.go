@@ -101,29 +101,12 @@ func scramSecret(password string) (string, error) {
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // writePassFile writes one .pgpass line for user on any host, port and
-// database, readable by the caller's OS user only. It goes through a
-// temporary file and a rename, so that the file is whole or absent.
+// database, readable by the caller's OS user only, whole or absent
+// (replaceFile).
 func writePassFile(path, user, password string) error {
-	tmp := path + ".tmp"
-	_ = os.Remove(tmp)
-	// O_EXCL: never write through a link someone left at that name.
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("pgserver: password file: %w", err)
-	}
-	_, err = fmt.Fprintf(f, "*:*:*:%s:%s\n", passEscape(user), passEscape(password))
-	if e := f.Sync(); err == nil {
-		err = e
-	}
-	if e := f.Close(); err == nil {
-		err = e
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("pgserver: password file: %w", err)
+	line := fmt.Sprintf("*:*:*:%s:%s\n", passEscape(user), passEscape(password))
+	if err := replaceFile(path, []byte(line), -1, -1); err != nil {
+		return fmt.Errorf("password file: %w", err)
 	}
 	return nil
 }
