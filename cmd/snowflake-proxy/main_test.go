@@ -70,6 +70,8 @@ func TestBadFlagsAndValues(t *testing.T) {
 		{"unreachable upstream", nil, []string{"--upstream", "127.0.0.1:1", "--listen", "127.0.0.1:0"}, "unreachable"},
 		{"bad upstream", nil, []string{"--upstream", "not a url"}, "invalid --upstream"},
 		{"bad log level", nil, []string{"--log-level", "loud"}, "invalid --log-level"},
+		{"bad log format", nil, []string{"--log-format", "xml"}, "invalid --log-format \"xml\": want text or json"},
+		{"bad log format from env", map[string]string{"SNOWFLAKE_PROXY_LOG_FORMAT": "JSON"}, nil, "invalid --log-format \"JSON\""},
 		{"event loops -2", nil, []string{"--event-loops", "-2"}, "invalid --event-loops -2"},
 		{"event loops from env", map[string]string{"SNOWFLAKE_PROXY_EVENT_LOOPS": "5000"}, nil, "invalid --event-loops 5000"},
 		{"prepared inserts not a bool", map[string]string{"SNOWFLAKE_PROXY_PREPARED_INSERTS": "sometimes"}, nil, "SNOWFLAKE_PROXY_PREPARED_INSERTS"},

@@ -21,6 +21,7 @@ type options struct {
 	passwordFile              string
 	node                      int
 	tlsCert, tlsKey, logLevel string
+	logFormat                 string
 	tlsClientCA               string
 	tlsRequire                bool
 	grace                     time.Duration
@@ -68,6 +69,7 @@ func (m *Main) flagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "CA certificates (PEM): clients on TLS must present a certificate they signed")
 	fs.BoolVar(&o.tlsRequire, "tls-require", false, "refuse clients that do not use TLS (needs --tls-cert and --tls-key)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long sessions may finish before they are closed")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", 10*time.Second, "bound on connecting a session to the upstream, TLS included")
 	fs.DurationVar(&o.handshakeTimeout, "handshake-timeout", 30*time.Second, "bound on a client's startup, TLS handshake and authentication")
@@ -142,6 +144,9 @@ func (m *Main) finishFlags(fs *flag.FlagSet, o *options, args []string, fromFile
 			return nil, fmt.Errorf("invalid --pprof %q: %w", o.pprof, err)
 		}
 	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return nil, fmt.Errorf("invalid --log-format %q: want text or json", o.logFormat)
+	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return nil, fmt.Errorf("invalid --listen %q: %w", o.listen, err)
 	}
@@ -174,7 +179,19 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 	}
 	levelVar := new(slog.LevelVar)
 	levelVar.Set(level)
-	logger := slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: levelVar}))
+	var handler slog.Handler = slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: levelVar})
+	if o.logFormat == "json" {
+		handler = slog.NewJSONHandler(m.Stderr, &slog.HandlerOptions{Level: levelVar})
+	}
+	logger := slog.New(handler)
+	if o.node == 0 {
+		// finishFlags refuses an explicit 0, so 0 here means no node was
+		// given anywhere; the proxy still serves, and the server's own
+		// snowflake.node may fill the gap.
+		logger.Warn("no --node (nor SNOWFLAKE_PROXY_NODE or node in the config file): snowflake.nextval() fails with " +
+			"F0000 \"value for snowflake.node is not set\" unless the server (postgresql.conf, ALTER SYSTEM, ALTER DATABASE/ROLE) " +
+			"or the session (SET snowflake.node) sets it")
+	}
 	procs, loops := setProcs(o.procs, o.eventLoops)
 	logger.Debug("runtime", "gomaxprocs", procs, "event_loops", loops)
 	if o.pprof != "" {
