@@ -86,7 +86,8 @@ func TestConfigFileErrors(t *testing.T) {
 
 // TestSighupAppliesConfigFile: SIGHUP reads the config file again; a new
 // log level takes effect at once, a setting that needs a restart is named
-// in the log and left as it was, and the proxy keeps serving.
+// in the log and left as it was (the log format too), and the proxy keeps
+// serving.
 func TestSighupAppliesConfigFile(t *testing.T) {
 	srv := pgtest.Shared(t)
 	path := filepath.Join(t.TempDir(), "proxy.toml")
@@ -117,7 +118,7 @@ func TestSighupAppliesConfigFile(t *testing.T) {
 	if strings.Contains(errOut.String(), "session start") {
 		t.Fatalf("info lines logged at level warn: %s", errOut.String())
 	}
-	writeConfig(t, path, "log-level = \"info\"\nupstream = \""+srv.URL("postgres")+"\"\ngrace = \"1m\"\nmax-clients = 1\n")
+	writeConfig(t, path, "log-level = \"info\"\nupstream = \""+srv.URL("postgres")+"\"\ngrace = \"1m\"\nmax-clients = 1\nlog-format = \"json\"\n")
 	m.Reload <- syscall.SIGHUP
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errOut.String(), "needs a restart") &&
 		!strings.Contains(errOut.String(), "need a restart"); {
@@ -126,8 +127,9 @@ func TestSighupAppliesConfigFile(t *testing.T) {
 		}
 		<-errOut.Changed()
 	}
-	if !strings.Contains(errOut.String(), "settings=[grace]") {
-		t.Fatalf("the restart-only setting is not named: %s", errOut.String())
+	// The log format needs a restart: the line saying so is still text.
+	if !strings.Contains(errOut.String(), `settings="[grace log-format]"`) {
+		t.Fatalf("the restart-only settings are not named: %s", errOut.String())
 	}
 	connectOnce()
 	if !strings.Contains(errOut.String(), "session start") {

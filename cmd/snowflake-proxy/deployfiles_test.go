@@ -86,10 +86,6 @@ func TestDeployFilesNameRealFlags(t *testing.T) {
 		t.Fatalf("listen %q node %d log-format %q upstream %q: want the image's listen and log format, the wrapper's node, the ConfigMap's upstream",
 			o.listen, o.node, o.logFormat, o.upstream)
 	}
-	// The example config file, as the systemd unit reads it.
-	if _, err := m.parseFlags([]string{"--config", filepath.Join("..", "..", "deploy", "snowflake-proxy.toml")}); err != nil {
-		t.Fatalf("deploy/snowflake-proxy.toml is refused: %v", err)
-	}
 }
 
 // configMapTOML is the literal block under `snowflake-proxy.toml: |` in
