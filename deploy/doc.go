@@ -1,8 +1,8 @@
 // Package deploy holds the files that install snowflake-proxy, and the tests
 // that check them without Docker, systemd or Kubernetes at hand:
 //
-//   - Dockerfile (with Dockerfile.dockerignore): the container image,
-//     built from the repository root with `docker build -f deploy/Dockerfile .`
+//   - Dockerfile: the container image, built from the repository root
+//     with `docker build -f deploy/Dockerfile .`
 //   - snowflake-proxy.service: a hardened systemd unit
 //   - kubernetes.yaml: a StatefulSet of three proxies, one node each
 //   - snowflake-proxy.toml: the commented example config file
