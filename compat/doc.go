@@ -19,6 +19,8 @@
 //     duplicates. Its key lives in the private table snowflake._claims, and
 //     only a holder whose role may update that table counts as a proxy: no
 //     other role can block or fake the claim (design in claim.go).
+//     claimstate.go gives its state per database (Service.Claims) to
+//     health checks and metrics.
 //
 // Service (service.go) ties them together and implements wire.Snowflakes.
 //
