@@ -28,6 +28,12 @@ const (
 var kindNames = [numKinds]string{"", "client_protocol", "client_io", "tls", "upstream_dial", "upstream_io", "upstream_protocol", "unsupported",
 	"upstream_tls", "too_many_clients", "idle_timeout", "shutdown"}
 
+// KindNames returns the names of every Kind, as Stats.Errors keys them,
+// so that a metrics exporter can show the kinds that never happened as 0.
+func KindNames() []string {
+	return append([]string(nil), kindNames[1:]...)
+}
+
 func (k Kind) String() string {
 	if k < numKinds {
 		return kindNames[k]

@@ -11,11 +11,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snowflake-proxy/snowflake-proxy/compat"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/admin"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite"
 	"github.com/snowflake-proxy/snowflake-proxy/wire"
@@ -70,6 +73,9 @@ type Config struct {
 	// that long is ended with FATAL 57P05 (25P03 in a transaction).
 	// 0: off.
 	IdleClientTimeout time.Duration
+	// AdminListen is the address of the admin HTTP listener (/metrics,
+	// /healthz, /readyz; internal/admin). Empty: off.
+	AdminListen string
 }
 
 // App is a running proxy.
@@ -86,6 +92,9 @@ type App struct {
 	serveErr  error         // why Serve returned, nil after Close; set before done is closed
 	upstream  string        // connection string, password masked
 	clientTLS *clientTLS    // nil without TLS for clients
+	admin     *admin.Server // nil without AdminListen
+	probePool *pgxpool.Pool // the readiness check's control connection
+	closing   atomic.Bool   // Close has begun
 }
 
 // SetLimits changes the session limits while the proxy runs (wire.Server
@@ -171,10 +180,21 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
 	}
 	a.ln = ln
+	var adminLn net.Listener
+	if cfg.AdminListen != "" {
+		if adminLn, err = admin.Listen(cfg.AdminListen); err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+	}
 	started := false
 	defer func() {
 		if !started {
 			_ = ln.Close()
+			if adminLn != nil {
+				_ = adminLn.Close()
+			}
+			a.closeAdmin()
 			a.closeServices()
 			_ = a.stopEmbedded()
 		}
@@ -229,6 +249,11 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.server = server
 	a.upstream = up.display
+	if adminLn != nil {
+		if err := a.startAdmin(adminLn, up.controlURL); err != nil {
+			return nil, err
+		}
+	}
 	started = true
 	go a.serve()
 	return a, nil
@@ -330,8 +355,10 @@ func (a *App) Close(ctx context.Context) error {
 		return nil
 	}
 	a.closed = true
+	a.closing.Store(true)
 	err := a.server.Close(ctx)
 	<-a.done
+	a.closeAdmin()
 	a.closeServices()
 	if e := a.stopEmbedded(); e != nil && err == nil {
 		err = e

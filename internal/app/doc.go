@@ -17,4 +17,6 @@
 //   - clienttls.go: the TLS offered to clients, reloadable.
 //   - nodecheck.go: the start-up warning when the server's snowflake.node
 //     differs from --node.
+//   - admin.go: the admin listener (internal/admin) when AdminListen is
+//     set, its readiness checks and the control connection they use.
 package app

@@ -1,0 +1,264 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+)
+
+// startAdmin starts an App with the admin listener on a free port and
+// node; 0 leaves the node unset.
+func startAdmin(t *testing.T, node int) *App {
+	t.Helper()
+	srv := pgtest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, err := Start(ctx, Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", Upstream: srv.URL("postgres"), Node: node,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeApp(t, a) })
+	if a.AdminAddr() == "" {
+		t.Fatal("AdminAddr empty with AdminListen set")
+	}
+	return a
+}
+
+var httpClient = &http.Client{Timeout: 15 * time.Second}
+
+// get returns the status and body of path on the admin listener.
+func get(t *testing.T, a *App, path string) (int, string) {
+	t.Helper()
+	resp, err := httpClient.Get("http://" + a.AdminAddr() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// scrape parses /metrics.
+func scrape(t *testing.T, a *App) map[string]*dto.MetricFamily {
+	t.Helper()
+	code, body := get(t, a, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", code, body)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	return mfs
+}
+
+// value is the metric of family name whose labels include labels.
+func value(t *testing.T, mfs map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	t.Helper()
+	mf := mfs[name]
+	if mf == nil {
+		t.Fatalf("no metric %s", name)
+	}
+next:
+	for _, m := range mf.GetMetric() {
+		for i := 0; i+1 < len(labels); i += 2 {
+			found := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		}
+	}
+	t.Fatalf("no metric %s%v", name, labels)
+	return 0
+}
+
+// waitMetric polls /metrics until name equals want.
+func waitMetric(t *testing.T, a *App, name string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got := value(t, scrape(t, a), name)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v after 15s, want %v", name, got, want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+// The counters on /metrics move by what the sessions did: two sessions,
+// three SELECT snowflake.nextval and two INSERTs with a snowflake default
+// are five fast-path IDs; a call in a failed transaction falls back to the
+// server (25P02) and is not counted.
+func TestAdminMetricsCountSessionsAndFastPathIDs(t *testing.T) {
+	a := startAdmin(t, 1)
+	srv := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t, srv)
+	url := "postgres://" + srv.Superuser() + "@" + a.Addr() + "/" + db + "?sslmode=disable"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	connect := func() *pgx.Conn {
+		t.Helper()
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	exec := func(c *pgx.Conn, sql string) {
+		t.Helper()
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+
+	setup := connect()
+	exec(setup, "CREATE EXTENSION snowflake")
+	exec(setup, "CREATE SEQUENCE s")
+	epoch := a.services.CatalogEpoch(db)
+	exec(setup, "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake.nextval('s'), v int)")
+	// DDL moves the catalog epoch; the fast path waits until it is seen.
+	for deadline := time.Now().Add(15 * time.Second); a.services.CatalogEpoch(db) == epoch; {
+		if time.Now().After(deadline) {
+			t.Fatal("catalog epoch unchanged 15s after CREATE TABLE")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
+	}
+	if err := setup.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, a, "snowflake_proxy_client_sessions", 0)
+	before := scrape(t, a)
+
+	c1, c2 := connect(), connect()
+	defer c1.Close(ctx)
+	defer c2.Close(ctx)
+	for range 3 {
+		var id int64
+		if err := c1.QueryRow(ctx, "SELECT snowflake.nextval('s')").Scan(&id); err != nil || id>>12&1023 != 1 {
+			t.Fatalf("SELECT snowflake.nextval: %d %v", id, err)
+		}
+	}
+	exec(c1, "INSERT INTO t (v) VALUES (1)")
+	exec(c1, "INSERT INTO t (v) VALUES (2)")
+	exec(c2, "BEGIN")
+	if _, err := c2.Exec(ctx, "SELECT 1/0"); err == nil {
+		t.Fatal("1/0 did not fail")
+	}
+	if _, err := c2.Exec(ctx, "SELECT snowflake.nextval('s')"); err == nil || !strings.Contains(err.Error(), "25P02") {
+		t.Fatalf("nextval in a failed transaction: %v, want 25P02", err)
+	}
+	exec(c2, "ROLLBACK")
+	after := scrape(t, a)
+
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{"snowflake_proxy_sessions_total", 2},
+		{"snowflake_proxy_ids_issued_total", 5},
+		{"snowflake_proxy_accept_errors_total", 0},
+	} {
+		if d := value(t, after, c.name) - value(t, before, c.name); d != c.want {
+			t.Errorf("%s moved by %v, want %v", c.name, d, c.want)
+		}
+	}
+	if n := value(t, after, "snowflake_proxy_client_sessions"); n != 2 {
+		t.Errorf("snowflake_proxy_client_sessions = %v with two sessions open", n)
+	}
+	if n := value(t, after, "snowflake_proxy_node_claim", "database", db, "state", "held"); n != 1 {
+		t.Errorf("node claim on %s not held: %v", db, n)
+	}
+	// Every error kind is shown, at 0 when it never happened.
+	if n := value(t, after, "snowflake_proxy_session_errors_total", "kind", "upstream_dial"); n != 0 {
+		t.Errorf("upstream_dial errors = %v", n)
+	}
+	for _, name := range []string{"go_goroutines", "process_open_fds", "snowflake_proxy_event_loop_entries_total",
+		"snowflake_proxy_local_answers_total", "snowflake_proxy_hidden_queries_total", "snowflake_proxy_prepared_inserts_total"} {
+		if mfs := after[name]; mfs == nil {
+			t.Errorf("no metric %s", name)
+		}
+	}
+	if err := c1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, a, "snowflake_proxy_client_sessions", 0)
+	if d := value(t, scrape(t, a), "snowflake_proxy_sessions_ended_total") - value(t, before, "snowflake_proxy_sessions_ended_total"); d != 2 {
+		t.Errorf("sessions_ended_total moved by %v, want 2", d)
+	}
+}
+
+// /healthz answers while the process runs; /readyz is 503 without a node,
+// with the reason in one line.
+func TestAdminReadyzWithoutNode(t *testing.T) {
+	a := startAdmin(t, 0)
+	if code, body := get(t, a, "/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	code, body := get(t, a, "/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "no node set") || strings.Count(body, "\n") != 1 {
+		t.Fatalf("/readyz without a node: %d %q", code, body)
+	}
+}
+
+// /readyz is 200 with a node, a serving listener and the upstream
+// answering, and 503 "shutting down" once Close has begun.
+func TestAdminReadyzWithNode(t *testing.T) {
+	a := startAdmin(t, 3)
+	if code, body := get(t, a, "/readyz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/readyz: %d %q", code, body)
+	}
+	if code, body := get(t, a, "/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	a.closing.Store(true) // as Close does first, before the grace period
+	if code, body := get(t, a, "/readyz"); code != http.StatusServiceUnavailable || body != "not accepting clients: shutting down\n" {
+		t.Fatalf("/readyz while closing: %d %q", code, body)
+	}
+}
+
+// A taken admin address fails Start with one line, before anything else
+// starts.
+func TestAdminListenTakenAddress(t *testing.T) {
+	a := startAdmin(t, 1)
+	srv := pgtest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := Start(ctx, Config{Listen: "127.0.0.1:0", AdminListen: a.AdminAddr(), Upstream: srv.URL("postgres"), Node: 1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), "cannot listen on admin address") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Start on a taken admin address: %v", err)
+	}
+}
