@@ -31,6 +31,7 @@ node = 5
 listen = "127.0.0.1:7000"
 grace = "3s"
 prepared-inserts = false
+admin-listen = "127.0.0.1:9187"
 log-level = "warn"
 `)
 	parse := func(env map[string]string, args ...string) *options {
@@ -44,7 +45,8 @@ log-level = "warn"
 		return o
 	}
 	o := parse(nil, "--config", path)
-	if o.node != 5 || o.listen != "127.0.0.1:7000" || o.grace != 3*time.Second || o.preparedInserts || o.logLevel != "warn" {
+	if o.node != 5 || o.listen != "127.0.0.1:7000" || o.grace != 3*time.Second || o.preparedInserts || o.logLevel != "warn" ||
+		o.adminListen != "127.0.0.1:9187" {
 		t.Fatalf("file values not applied: %+v", o)
 	}
 	o = parse(map[string]string{"SNOWFLAKE_PROXY_NODE": "6", "SNOWFLAKE_PROXY_CONFIG": path})
@@ -118,7 +120,7 @@ func TestSighupAppliesConfigFile(t *testing.T) {
 	if strings.Contains(errOut.String(), "session start") {
 		t.Fatalf("info lines logged at level warn: %s", errOut.String())
 	}
-	writeConfig(t, path, "log-level = \"info\"\nupstream = \""+srv.URL("postgres")+"\"\ngrace = \"1m\"\nmax-clients = 1\nlog-format = \"json\"\n")
+	writeConfig(t, path, "log-level = \"info\"\nupstream = \""+srv.URL("postgres")+"\"\ngrace = \"1m\"\nmax-clients = 1\nlog-format = \"json\"\nadmin-listen = \"127.0.0.1:0\"\n")
 	m.Reload <- syscall.SIGHUP
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errOut.String(), "needs a restart") &&
 		!strings.Contains(errOut.String(), "need a restart"); {
@@ -128,7 +130,7 @@ func TestSighupAppliesConfigFile(t *testing.T) {
 		<-errOut.Changed()
 	}
 	// The log format needs a restart: the line saying so is still text.
-	if !strings.Contains(errOut.String(), `settings="[grace log-format]"`) {
+	if !strings.Contains(errOut.String(), `settings="[admin-listen grace log-format]"`) {
 		t.Fatalf("the restart-only settings are not named: %s", errOut.String())
 	}
 	connectOnce()

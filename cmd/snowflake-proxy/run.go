@@ -34,6 +34,7 @@ type options struct {
 	eventLoops                int
 	preparedInserts           bool
 	pprof                     string
+	adminListen               string
 	config                    string
 	// values holds every flag's value as text, for SIGHUP to see what
 	// the config file changed.
@@ -80,6 +81,7 @@ func (m *Main) flagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions with epoll (0: one per CPU the process may use, or per P with --procs or $GOMAXPROCS; -1: none, every session on its own goroutines)")
 	fs.BoolVar(&o.preparedInserts, "prepared-inserts", true, "run a repeated simple-protocol INSERT with snowflake defaults as a prepared statement the proxy makes in the session, planned once (false: send each as a Query)")
 	fs.StringVar(&o.pprof, "pprof", "", "address to serve net/http/pprof on, e.g. 127.0.0.1:6060 (empty: off)")
+	fs.StringVar(&o.adminListen, "admin-listen", "", "address of the admin HTTP listener: /metrics (Prometheus), /healthz, /readyz, e.g. 127.0.0.1:9187 (empty: off)")
 	fs.StringVar(&o.config, configFlag, "", "TOML file of settings, keys named as these flags (the command line and SNOWFLAKE_PROXY_* win over it); SIGHUP reads it again")
 	fs.Usage = func() {
 		fmt.Fprintln(m.Stderr, "usage: snowflake-proxy [flags]\n       snowflake-proxy decode ID...\n       snowflake-proxy version\n\nflags (each also settable as SNOWFLAKE_PROXY_<NAME>):")
@@ -147,6 +149,11 @@ func (m *Main) finishFlags(fs *flag.FlagSet, o *options, args []string, fromFile
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return nil, fmt.Errorf("invalid --log-format %q: want text or json", o.logFormat)
 	}
+	if o.adminListen != "" {
+		if _, _, err := net.SplitHostPort(o.adminListen); err != nil {
+			return nil, fmt.Errorf("invalid --admin-listen %q: %w", o.adminListen, err)
+		}
+	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return nil, fmt.Errorf("invalid --listen %q: %w", o.listen, err)
 	}
@@ -206,7 +213,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		TLSClientCA: o.tlsClientCA, RequireTLS: o.tlsRequire,
 		DialTimeout: o.dialTimeout, HandshakeTimeout: o.handshakeTimeout, UpstreamCheckTimeout: o.checkTimeout,
 		MaxClients: o.maxClients, IdleClientTimeout: o.idleTimeout, Logger: logger, EventLoops: loops,
-		QueryInserts: !o.preparedInserts}
+		QueryInserts: !o.preparedInserts, AdminListen: o.adminListen}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(m.Stderr, "snowflake-proxy:", err)
