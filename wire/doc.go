@@ -183,5 +183,6 @@
 // of error and the SQLSTATE the client was told; Stats counts sessions,
 // errors by kind (too_many_clients, idle_timeout and shutdown among them),
 // retried accepts, cancels (forwarded, and sent for statements left
-// running), local answers, hidden queries and fast-path IDs.
+// running), local answers, hidden queries and fast-path IDs (LocalIDs: those
+// sent in local answers). internal/admin serves them as Prometheus metrics.
 package wire

@@ -111,6 +111,7 @@ func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int
 	_, _ = ss.cr.r.Discard(g.n)
 	p.setPortal(nil, nil, false)
 	ss.srv.stats.local.Add(1)
+	ss.srv.stats.localIDs.Add(uint64(p.fastIDs))
 	return true, p.sendLocal()
 }
 

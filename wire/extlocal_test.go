@@ -57,9 +57,9 @@ func TestExtendedLocalAnswerMatchesServer(t *testing.T) {
 				for _, describe := range []bool{false, true} {
 					for _, maxRows := range []uint32{0, 5, 0xffffffff} {
 						name := fmt.Sprintf("stmt=%q begin=%v formats=%v describe=%v max=%d", stmt, begin, formats, describe, maxRows)
-						before := p.Stats().LocalAnswers
+						before := p.Stats()
 						got := viaProxy.send(group(stmt, formats, describe, maxRows)...)
-						if p.Stats().LocalAnswers != before+1 {
+						if st := p.Stats(); st.LocalAnswers != before.LocalAnswers+1 || st.LocalIDs != before.LocalIDs+1 {
 							t.Fatalf("%s: not answered locally: %+v\n%q", name, p.Stats(), got)
 						}
 						id := sf.next.Load()<<12 | 5

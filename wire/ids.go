@@ -21,6 +21,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	}
 	p.vals = p.vals[:len(t.Slots)]
 	clear(p.vals)
+	p.fastIDs = 0
 	ids := 0
 	for i := range t.Slots {
 		s := &t.Slots[i]
@@ -128,6 +129,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		allValid = false
 	}
 	ss.srv.stats.fast.Add(uint64(k))
+	p.fastIDs = k
 	return allValid, true
 }
 

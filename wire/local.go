@@ -35,6 +35,7 @@ func (p *clientPump) answerLocally(pl *plan.Plan) (done bool, err error) {
 	}
 	p.out = appendLocalAnswer(p.out[:0], pl.Local.Columns, p.vals, status)
 	ss.srv.stats.local.Add(1)
+	ss.srv.stats.localIDs.Add(uint64(p.fastIDs))
 	return true, p.sendLocal()
 }
 

@@ -90,10 +90,10 @@ func TestLocalAnswerMatchesServer(t *testing.T) {
 			viaProxy.query("BEGIN")
 			direct.query("BEGIN")
 		}
-		before := p.Stats().LocalAnswers
+		before := p.Stats()
 		got := viaProxy.query("SELECT snowflake.nextval()")
-		if p.Stats().LocalAnswers != before+1 {
-			t.Fatalf("not answered locally: %+v", p.Stats())
+		if st := p.Stats(); st.LocalAnswers != before.LocalAnswers+1 || st.LocalIDs != before.LocalIDs+1 || st.FastIDs != before.FastIDs+1 {
+			t.Fatalf("not answered locally with one fast-path ID: %+v", st)
 		}
 		id := sf.next.Load()<<12 | 5
 		want := direct.query("SELECT " + strconv.FormatInt(id, 10) + "::int8 AS nextval")

@@ -109,6 +109,9 @@ type session struct {
 	wouldWait     bool   // set on the event loop's thread instead of waiting (ids.go)
 	out           []byte // scratch for messages the client pump builds
 	vals          []plan.Value
+	// fastIDs is how many of vals the fast path issued (ids.go), so that
+	// a local answer can count them in Stats.LocalIDs.
+	fastIDs int
 	// Simple-protocol INSERTs prepared by the session (simpleprep.go):
 	// by text with parameters, the texts seen once (hashes), the last
 	// number used in their names, and scratch for the text.

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"sort"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,6 +31,10 @@ type collector struct {
 	active   *prometheus.Desc
 	errors   *prometheus.Desc
 	claim    *prometheus.Desc
+	ids      *prometheus.Desc
+
+	mu       sync.Mutex
+	injected uint64 // the last injected IDs shown: never less (Collect)
 }
 
 func newCollector(stats func() wire.Stats, claims func() map[string]compat.ClaimState) *collector {
@@ -50,8 +55,6 @@ func newCollector(stats func() wire.Stats, claims func() map[string]compat.Claim
 			newCounter("local_answers_total", "Statements answered by the proxy without the upstream.", func(s *wire.Stats) uint64 { return s.LocalAnswers }),
 			newCounter("hidden_queries_total", "Queries the proxy ran on session connections to refresh what it knows of the session.",
 				func(s *wire.Stats) uint64 { return s.HiddenQueries }),
-			newCounter("ids_issued_total", "Snowflake IDs issued by the proxy's fast path (answered locally or put into the statement); IDs the upstream's shim made are not counted.",
-				func(s *wire.Stats) uint64 { return s.FastIDs }),
 			newCounter("prepared_inserts_total", "Simple-protocol INSERTs run as a statement the proxy prepared.", func(s *wire.Stats) uint64 { return s.PreparedInserts }),
 			newCounter("accept_errors_total", "Failed accepts of client connections that were retried.", func(s *wire.Stats) uint64 { return s.AcceptErrors }),
 			newCounter("event_loop_entries_total", "Times a session went into an event loop.", func(s *wire.Stats) uint64 { return s.LoopEntries }),
@@ -59,6 +62,8 @@ func newCollector(stats func() wire.Stats, claims func() map[string]compat.Claim
 		},
 		active: prometheus.NewDesc(namespace+"_client_sessions", "Client sessions running now.", nil, nil),
 		errors: prometheus.NewDesc(namespace+"_session_errors_total", "Sessions ended by an error, by kind.", []string{"kind"}, nil),
+		ids: prometheus.NewDesc(namespace+"_ids_issued_total", "Snowflake IDs issued by the proxy's fast path: path local in answers the proxy sent, injected in statements sent to the upstream. IDs the upstream's shim made are not counted.",
+			[]string{"path"}, nil),
 		claim: prometheus.NewDesc(namespace+"_node_claim", "State of this proxy's node claim per database: 1 for the current state (held, pending, conflict or error).",
 			[]string{"database", "state"}, nil),
 	}
@@ -71,6 +76,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.active
 	ch <- c.errors
 	ch <- c.claim
+	ch <- c.ids
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -79,6 +85,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(&st)))
 	}
 	ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(st.Active))
+	ch <- prometheus.MustNewConstMetric(c.ids, prometheus.CounterValue, float64(st.LocalIDs), "local")
+	ch <- prometheus.MustNewConstMetric(c.ids, prometheus.CounterValue, float64(c.injectedIDs(&st)), "injected")
 	for _, kind := range wire.KindNames() {
 		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(st.Errors[kind]), kind)
 	}
@@ -107,4 +115,17 @@ func claimStateName(st compat.ClaimState) string {
 	default:
 		return "error"
 	}
+}
+
+// injectedIDs is FastIDs - LocalIDs, kept from going down: a scrape
+// between a statement's FastIDs and its LocalIDs counts its IDs as
+// injected until then, and a counter must not decrease (Prometheus would
+// take it for a restart).
+func (c *collector) injectedIDs(st *wire.Stats) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.FastIDs >= st.LocalIDs {
+		c.injected = max(c.injected, st.FastIDs-st.LocalIDs)
+	}
+	return c.injected
 }

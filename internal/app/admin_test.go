@@ -185,13 +185,26 @@ func TestAdminMetricsCountSessionsAndFastPathIDs(t *testing.T) {
 		want float64
 	}{
 		{"snowflake_proxy_sessions_total", 2},
-		{"snowflake_proxy_ids_issued_total", 5},
 		{"snowflake_proxy_accept_errors_total", 0},
 	} {
 		if d := value(t, after, c.name) - value(t, before, c.name); d != c.want {
 			t.Errorf("%s moved by %v, want %v", c.name, d, c.want)
 		}
 	}
+	delta := func(name string, labels ...string) float64 {
+		t.Helper()
+		return value(t, after, name, labels...) - value(t, before, name, labels...)
+	}
+	local, injected := delta("snowflake_proxy_ids_issued_total", "path", "local"), delta("snowflake_proxy_ids_issued_total", "path", "injected")
+	if local+injected != 5 {
+		t.Errorf("ids_issued_total moved by %v local + %v injected, want 5 in all", local, injected)
+	}
+	// The INSERTs' IDs go to the server; the SELECTs are answered by the
+	// proxy (pgx prepares them first), one ID per local answer.
+	if injected < 2 || local < 1 || local != delta("snowflake_proxy_local_answers_total") {
+		t.Errorf("ids_issued_total: %v local, %v injected, %v local answers", local, injected, delta("snowflake_proxy_local_answers_total"))
+	}
+	t.Logf("fast-path IDs: %v local, %v injected", local, injected)
 	if n := value(t, after, "snowflake_proxy_client_sessions"); n != 2 {
 		t.Errorf("snowflake_proxy_client_sessions = %v with two sessions open", n)
 	}
