@@ -14,14 +14,17 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
-// startAdmin starts an App with the admin listener on a free port and
-// node; 0 leaves the node unset.
-func startAdmin(t *testing.T, node int) *App {
+// startAdmin starts an App in front of the shared server with the admin
+// listener on a free port and node; 0 leaves the node unset.
+func startAdmin(t *testing.T, node int) *App { return startAdminOn(t, pgtest.Shared(t), node) }
+
+// startAdminOn is startAdmin in front of srv.
+func startAdminOn(t *testing.T, srv *pgserver.Server, node int) *App {
 	t.Helper()
-	srv := pgtest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a, err := Start(ctx, Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", Upstream: srv.URL("postgres"), Node: node,
@@ -273,5 +276,76 @@ func TestAdminListenTakenAddress(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err == nil || !strings.Contains(err.Error(), "cannot listen on admin address") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("Start on a taken admin address: %v", err)
+	}
+}
+
+// waitReady polls /readyz until its status is code and its body contains
+// want.
+func waitReady(t *testing.T, a *App, code int, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, body := get(t, a, "/readyz")
+		if got == code && strings.Contains(body, want) && strings.Count(body, "\n") == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %q after 30s, want %d with %q", got, body, code, want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+// A second proxy with the node of a live one on a database is not ready
+// (its fast path is off there), and /metrics shows the conflict; the first
+// stays ready with its claim held.
+func TestAdminReadyzNodeConflict(t *testing.T) {
+	a, b := startAdmin(t, 5), startAdmin(t, 5)
+	srv := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nextval := func(p *App) {
+		t.Helper()
+		c, err := pgx.Connect(ctx, "postgres://"+srv.Superuser()+"@"+p.Addr()+"/"+db+"?sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS snowflake"); err != nil {
+			t.Fatal(err)
+		}
+		var id int64
+		if err := c.QueryRow(ctx, "SELECT snowflake.nextval()").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nextval(a)
+	waitReady(t, a, http.StatusOK, "ok")
+	if n := value(t, scrape(t, a), "snowflake_proxy_node_claim", "database", db, "state", "held"); n != 1 {
+		t.Fatalf("claim of the first proxy not held")
+	}
+	nextval(b) // the shim answers: b's claim finds a's
+	waitReady(t, b, http.StatusServiceUnavailable, `node 5 is held by another proxy on database "`+db+`"`)
+	if n := value(t, scrape(t, b), "snowflake_proxy_node_claim", "database", db, "state", "conflict"); n != 1 {
+		t.Fatalf("conflict not in the second proxy's metrics")
+	}
+	waitReady(t, a, http.StatusOK, "ok")
+}
+
+// /readyz fails with the reason once the upstream stops answering, while
+// /healthz still answers.
+func TestAdminReadyzUpstreamDown(t *testing.T) {
+	srv := pgtest.Start(t, pgserver.Options{}) // stopped by the test: a server of its own
+	a := startAdminOn(t, srv, 4)
+	waitReady(t, a, http.StatusOK, "ok")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := srv.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a, http.StatusServiceUnavailable, "upstream unreachable: ")
+	if code, body := get(t, a, "/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz with the upstream down: %d %q", code, body)
 	}
 }
