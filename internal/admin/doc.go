@@ -1,6 +1,8 @@
 // Package admin serves the proxy's admin HTTP listener (--admin-listen):
 // Prometheus metrics, liveness and readiness. It is off unless an address
-// is given, and never shares the clients' listener.
+// is given, and never shares the clients' listener. internal/app binds it
+// (Listen) before anything else starts, and serves it once the proxy runs.
+// Its tests are internal/app's TestAdmin*: they need a running proxy.
 //
 // The metrics read the counters wire and compat already keep, at scrape
 // time, through a private prometheus.Registry: serving them adds no cost
@@ -8,7 +10,8 @@
 //
 // Files:
 //
-//   - server.go: Config, Start, the HTTP server and its routes, Close.
+//   - server.go: Config, Listen, Serve (the HTTP server and its routes),
+//     Close.
 //   - metrics.go: the collector over wire.Server.Stats and the node claims.
 //   - ready.go: /readyz, its checks and the cached upstream check.
 package admin

@@ -17,7 +17,7 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/wire"
 )
 
-// Config configures Start. Every function must be safe to call from any
+// Config configures Serve. Every function must be safe to call from any
 // goroutine at any time.
 type Config struct {
 	// Stats returns the wire server's counters.
