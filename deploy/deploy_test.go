@@ -84,6 +84,13 @@ func parseDockerfile(t *testing.T, text string) []stage {
 // blocks: the image must build the way the README tells people to.
 func readmeBuildCommand(t *testing.T) string {
 	t.Helper()
+	return readmeCommand(t, "go build ")
+}
+
+// readmeCommand is the one line starting with prefix in the README's
+// code blocks.
+func readmeCommand(t *testing.T, prefix string) string {
+	t.Helper()
 	var found []string
 	inBlock := false
 	for _, line := range strings.Split(readFile(t, "../README.md"), "\n") {
@@ -91,14 +98,30 @@ func readmeBuildCommand(t *testing.T) string {
 			inBlock = !inBlock
 			continue
 		}
-		if inBlock && strings.HasPrefix(line, "go build ") {
+		if inBlock && strings.HasPrefix(line, prefix) {
 			found = append(found, strings.TrimSpace(line))
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("README has %d `go build` lines in code blocks, want exactly one: %q", len(found), found)
+		t.Fatalf("README has %d %q lines in code blocks, want exactly one: %q", len(found), prefix, found)
 	}
 	return found[0]
+}
+
+// CI runs the test command the README gives, to the letter: a user and CI
+// run the same thing. Regression: the README said `go test ./...` while
+// .ci/run ran it with -count=1 -timeout 25m.
+func TestCIRunsTheREADMEsTestCommand(t *testing.T) {
+	want := readmeCommand(t, "go test ")
+	var runs []string
+	for _, line := range strings.Split(readFile(t, "../.ci/run"), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "go test") {
+			runs = append(runs, strings.TrimSpace(line))
+		}
+	}
+	if len(runs) != 1 || runs[0] != want {
+		t.Fatalf(".ci/run runs %q, the README says %q", runs, want)
+	}
 }
 
 // debianRelease is the Debian code name in an image reference such as

@@ -7,7 +7,8 @@
 //   - kubernetes.yaml: a StatefulSet of three proxies, one node each
 //   - snowflake-proxy.toml: the commented example config file
 //   - deploy_test.go: Dockerfile and unit file lints, the image's
-//     HEALTHCHECK run against a local HTTP server
+//     HEALTHCHECK run against a local HTTP server, and that .ci/run runs
+//     the README's test command
 //   - kubernetes_test.go: the manifest's probes, ports and user, and its
 //     node-from-ordinal wrapper run with sh
 //
