@@ -34,20 +34,8 @@ func (g *Generator) NextBatch(ctx context.Context, database string, node int, re
 		return ErrClosed
 	}
 	now := g.clock.NowMs()
-	for i := range reqs {
-		reqs[i].done = false
-	}
-	for i := range reqs {
-		if reqs[i].done {
-			continue
-		}
-		a, err := g.lookup(Key{Database: database, Seq: reqs[i].Seq, Node: node})
-		if err != nil {
-			return err
-		}
-		if err := a.take(ctx, now, reqs, i); err != nil {
-			return err
-		}
+	if _, err := g.eachSequence(ctx, stepTake, database, node, now, reqs); err != nil {
+		return err
 	}
 	for i := range reqs {
 		reqs[i].ID = IDAt(reqs[i].pos, node)
@@ -67,9 +55,6 @@ func (g *Generator) TryNextBatch(database string, node int, reqs []Request) (ok 
 		return false, ErrClosed
 	}
 	now := g.clock.NowMs()
-	for i := range reqs {
-		reqs[i].done = false
-	}
 	multi := false
 	for i := range reqs {
 		if reqs[i].Seq != reqs[0].Seq {
@@ -80,21 +65,35 @@ func (g *Generator) TryNextBatch(database string, node int, reqs []Request) (ok 
 	if multi {
 		// Check every sequence before issuing from any, so that a renewal
 		// one of them needs does not cost the others their positions.
-		for i := range reqs {
-			if reqs[i].done {
-				continue
-			}
-			a, err := g.lookup(Key{Database: database, Seq: reqs[i].Seq, Node: node})
-			if err != nil {
-				return false, err
-			}
-			if ok, err := a.ready(now, reqs, i); !ok || err != nil {
-				return false, err
-			}
+		if ok, err := g.eachSequence(context.Background(), stepReady, database, node, now, reqs); !ok || err != nil {
+			return false, err
 		}
-		for i := range reqs {
-			reqs[i].done = false
-		}
+	}
+	if ok, err := g.eachSequence(context.Background(), stepTryTake, database, node, now, reqs); !ok || err != nil {
+		return false, err
+	}
+	for i := range reqs {
+		reqs[i].ID = IDAt(reqs[i].pos, node)
+	}
+	return true, nil
+}
+
+// batchStep is what eachSequence does with each sequence of a batch.
+type batchStep uint8
+
+const (
+	stepTake    batchStep = iota // allocator.take: issue, waiting if need be
+	stepTryTake                  // allocator.tryTake: issue without waiting
+	stepReady                    // allocator.ready: check without issuing
+)
+
+// eachSequence applies step to the requests of reqs sequence by sequence,
+// in the order of each sequence's first request (each step handles all
+// requests of its sequence and marks them done). It stops at the first
+// step that is not ok or fails. ctx is used by stepTake only.
+func (g *Generator) eachSequence(ctx context.Context, step batchStep, database string, node int, now int64, reqs []Request) (bool, error) {
+	for i := range reqs {
+		reqs[i].done = false
 	}
 	for i := range reqs {
 		if reqs[i].done {
@@ -104,12 +103,18 @@ func (g *Generator) TryNextBatch(database string, node int, reqs []Request) (ok 
 		if err != nil {
 			return false, err
 		}
-		if ok, err := a.tryTake(now, reqs, i); !ok || err != nil {
+		ok := true
+		switch step {
+		case stepTake:
+			err = a.take(ctx, now, reqs, i)
+		case stepTryTake:
+			ok, err = a.tryTake(now, reqs, i)
+		default:
+			ok, err = a.ready(now, reqs, i)
+		}
+		if !ok || err != nil {
 			return false, err
 		}
-	}
-	for i := range reqs {
-		reqs[i].ID = IDAt(reqs[i].pos, node)
 	}
 	return true, nil
 }
