@@ -143,11 +143,7 @@ func TestClaimSquatterCannotBlockNode(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			url := newDB(t)
-			c := connect(t, url)
-			install(t, c)
-			mustExec(t, c, "CREATE SEQUENCE s")
-			db, oid := dbName(t, c), seqOID(t, c, "s")
+			url, c, db, oid := shimDB(t)
 			squatter, squatURL := testRole(t, c, url, "squat")
 			sq := connect(t, squatURL)
 
@@ -221,11 +217,7 @@ func TestClaimSquatterCannotBlockNode(t *testing.T) {
 // sees the first one, not the squatter.
 func TestClaimSquatterBesideRealProxy(t *testing.T) {
 	t.Parallel()
-	url := newDB(t)
-	c := connect(t, url)
-	install(t, c)
-	mustExec(t, c, "CREATE SEQUENCE s")
-	db, oid := dbName(t, c), seqOID(t, c, "s")
+	url, c, db, oid := shimDB(t)
 	_, squatURL := testRole(t, c, url, "squat")
 	sq := connect(t, squatURL)
 
@@ -279,11 +271,7 @@ func TestClaimSquatterBesideRealProxy(t *testing.T) {
 // named, once; when the first stops, the second takes the claim over.
 func TestNodeClaimConflict(t *testing.T) {
 	t.Parallel()
-	url := newDB(t)
-	c := connect(t, url)
-	install(t, c)
-	mustExec(t, c, "CREATE SEQUENCE s")
-	db, oid := dbName(t, c), seqOID(t, c, "s")
+	url, c, db, oid := shimDB(t)
 
 	a := newService(t, url, 6, nil)
 	if _, err := nextvalVia(ctxT(t), a, db, oid, 6); err != nil {
@@ -342,11 +330,7 @@ func TestClaimConcurrentStart(t *testing.T) {
 	for round := range 8 {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			t.Parallel()
-			url := newDB(t)
-			c := connect(t, url)
-			install(t, c)
-			mustExec(t, c, "CREATE SEQUENCE s")
-			db, oid := dbName(t, c), seqOID(t, c, "s")
+			url, c, db, oid := shimDB(t)
 			svcs := []*Service{newService(t, url, 9, nil), newService(t, url, 9, nil)}
 			errs := make([]error, 2)
 			var wg sync.WaitGroup
@@ -391,11 +375,7 @@ func TestClaimTableCreatedConcurrently(t *testing.T) {
 	for _, end := range []string{"COMMIT", "ROLLBACK"} {
 		t.Run(end, func(t *testing.T) {
 			t.Parallel()
-			url := newDB(t)
-			c := connect(t, url)
-			install(t, c)
-			mustExec(t, c, "CREATE SEQUENCE s")
-			db, oid := dbName(t, c), seqOID(t, c, "s")
+			url, c, db, oid := shimDB(t)
 			other := connect(t, url)
 			mustExec(t, other, "BEGIN")
 			mustExec(t, other, claimTableSQL)
@@ -463,11 +443,7 @@ func TestClaimControlRoleOwnsSchema(t *testing.T) {
 // the schema.
 func TestClaimWithoutTablePrivilege(t *testing.T) {
 	t.Parallel()
-	url := newDB(t)
-	c := connect(t, url)
-	install(t, c)
-	mustExec(t, c, "CREATE SEQUENCE s")
-	db, oid := dbName(t, c), seqOID(t, c, "s")
+	url, c, db, oid := shimDB(t)
 	weak, weakURL := testRole(t, c, url, "weak")
 	mustExec(t, c, "GRANT USAGE, UPDATE ON SEQUENCE s TO "+weak)
 

@@ -10,11 +10,7 @@ import (
 // node, and nothing for a database no claim was started on.
 func TestClaimsReportsHeldAndConflict(t *testing.T) {
 	t.Parallel()
-	url := newDB(t)
-	c := connect(t, url)
-	install(t, c)
-	mustExec(t, c, "CREATE SEQUENCE s")
-	db, oid := dbName(t, c), seqOID(t, c, "s")
+	url, _, db, oid := shimDB(t)
 
 	a := newService(t, url, 9, nil)
 	if got := a.Claims(); len(got) != 0 {

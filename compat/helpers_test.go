@@ -149,3 +149,14 @@ func nextvalVia(ctx context.Context, svc *Service, database string, seq uint32, 
 	}
 	return reqs[0].ID, nil
 }
+
+// shimDB is a fresh database with the shim installed and a sequence s: its
+// URL, a connection to it, its name and s's OID.
+func shimDB(t *testing.T) (url string, c *testConn, db string, oid uint32) {
+	t.Helper()
+	url = newDB(t)
+	c = connect(t, url)
+	install(t, c)
+	mustExec(t, c, "CREATE SEQUENCE s")
+	return url, c, dbName(t, c), seqOID(t, c, "s")
+}

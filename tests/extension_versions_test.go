@@ -2,8 +2,6 @@ package tests
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,8 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 // noticeLog collects the notices of a connection.
@@ -107,16 +103,7 @@ func TestDumpRestoresAfterUpdateRepair(t *testing.T) {
 
 	dumpRestore := func() error {
 		t.Helper()
-		dump := filepath.Join(t.TempDir(), "dump.sql")
-		pgDump := exec.Command(filepath.Join(e.srv.BinDir(), "pg_dump"), "-h", "127.0.0.1",
-			"-p", strconv.Itoa(e.srv.Port()), "-U", "postgres", "-f", dump, e.db)
-		if out, err := pgDump.CombinedOutput(); err != nil {
-			t.Fatalf("pg_dump: %v: %s", err, out)
-		}
-		restored := pgtest.NewDatabase(t, e.srv)
-		psql := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
-			"-p", strconv.Itoa(e.srv.Port()), "-U", "postgres", "-d", restored, "-f", dump)
-		out, err := psql.CombinedOutput()
+		_, out, err := dumpAndRestore(t, e)
 		if err != nil && !strings.Contains(string(out), "setval: value "+strconv.FormatInt(last, 10)+" is out of bounds") {
 			t.Fatalf("restore failed otherwise than on the setval: %v: %s", err, out)
 		}

@@ -35,16 +35,8 @@ func TestPgDumpRestoreIssuesLargerIDs(t *testing.T) {
 	maxOrders := mustInt64(t, conn, "SELECT max(id) FROM orders")
 	maxLegacy := mustInt64(t, conn, "SELECT max(id) FROM legacy")
 
-	dump := filepath.Join(t.TempDir(), "dump.sql")
-	pgDump := exec.Command(filepath.Join(e.srv.BinDir(), "pg_dump"), "-h", "127.0.0.1",
-		"-p", strconv.Itoa(e.srv.Port()), "-U", "postgres", "-f", dump, e.db)
-	if out, err := pgDump.CombinedOutput(); err != nil {
-		t.Fatalf("pg_dump: %v: %s", err, out)
-	}
-	restored := pgtest.NewDatabase(t, e.srv)
-	psql := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
-		"-p", strconv.Itoa(e.srv.Port()), "-U", "postgres", "-d", restored, "-f", dump)
-	if out, err := psql.CombinedOutput(); err != nil {
+	restored, out, err := dumpAndRestore(t, e)
+	if err != nil {
 		t.Fatalf("restore: %v: %s", err, out)
 	}
 
@@ -79,4 +71,22 @@ func TestPgDumpRestoreIssuesLargerIDs(t *testing.T) {
 	if got := mustInt64(t, rc, "SELECT count(DISTINCT id) FROM orders"); got != 60 {
 		t.Fatalf("orders ids not distinct: %d distinct of 60", got)
 	}
+}
+
+// dumpAndRestore dumps the test's database with pg_dump (straight from the
+// server) and restores it with psql into a new database; it returns that
+// database's name and psql's output and error.
+func dumpAndRestore(t *testing.T, e *testEnv) (restored string, out []byte, err error) {
+	t.Helper()
+	dump := filepath.Join(t.TempDir(), "dump.sql")
+	pgDump := exec.Command(filepath.Join(e.srv.BinDir(), "pg_dump"), "-h", "127.0.0.1",
+		"-p", strconv.Itoa(e.srv.Port()), "-U", "postgres", "-f", dump, e.db)
+	if out, err := pgDump.CombinedOutput(); err != nil {
+		t.Fatalf("pg_dump: %v: %s", err, out)
+	}
+	restored = pgtest.NewDatabase(t, e.srv)
+	psql := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
+		"-p", strconv.Itoa(e.srv.Port()), "-U", "postgres", "-d", restored, "-f", dump)
+	out, err = psql.CombinedOutput()
+	return restored, out, err
 }
