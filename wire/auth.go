@@ -100,7 +100,6 @@ func (ss *session) authenticate() error {
 			if len(body) >= 8 && len(body) <= 4+maxCancelKey {
 				ss.backendPID = binary.BigEndian.Uint32(body)
 				ss.backendKey = append(ss.backendKey[:0], body[4:]...)
-				ss.haveKey = true
 			}
 			if err := ss.sr.pass(ss.cw); err != nil {
 				return &Error{Kind: KindClientIO, Message: "write", Err: err}

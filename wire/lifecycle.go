@@ -118,7 +118,7 @@ func (ss *session) busy() (bool, byte) {
 // holding its locks, although nobody will read the result. Once per
 // session.
 func (ss *session) cancelStatement() {
-	if ss.cancelSent || !ss.haveKey || !ss.relaying.Load() || ss.serverLost.Load() || ss.sawFatal.Load() {
+	if ss.cancelSent || len(ss.backendKey) == 0 || !ss.relaying.Load() || ss.serverLost.Load() || ss.sawFatal.Load() {
 		return
 	}
 	if b, _ := ss.busy(); !b {

@@ -92,9 +92,9 @@ type session struct {
 	reapMsgs   uint64
 	reapSince  uint64
 	cancelSent bool
-	// The server's BackendKeyData (auth.go), for cancelStatement. The key
-	// is 4 bytes in protocol 3.0, up to 256 in 3.2: kept as sent.
-	haveKey    bool
+	// The server's BackendKeyData (auth.go), for cancelStatement; no key
+	// until the server sent one. The key is 4 bytes in protocol 3.0, up
+	// to 256 in 3.2: kept as sent.
 	backendPID uint32
 	backendKey []byte
 
