@@ -47,13 +47,13 @@ func parseUpstream(s, passwordFile string) (upstream, error) {
 	if err != nil {
 		return upstream{}, fmt.Errorf("invalid --upstream: %w", err)
 	}
-	if cfg.TLSConfig != nil && cfg.TLSConfig.RootCAs == nil && verifies(cfg.TLSConfig) || requireWithoutRoot(cfg) {
+	if mode, _, name := tlsModeOf(cfg); mode == wire.TLSRequire && cfg.TLSConfig.RootCAs == nil {
 		// libpq's default root certificate file: with it, require
 		// verifies the chain (verify-ca); without it, verify-ca and
 		// verify-full cannot work.
 		root := defaultRootCert()
-		if root == "" && verifies(cfg.TLSConfig) {
-			return upstream{}, errors.New("invalid --upstream: sslmode=" + sslModeOf(cfg) +
+		if root == "" && name != "require" {
+			return upstream{}, errors.New("invalid --upstream: sslmode=" + name +
 				" needs the server's root certificate: add sslrootcert=<file> (your provider's CA bundle) or sslrootcert=system (the system's trusted roots), or choose an sslmode that does not verify the server")
 		}
 		if root != "" {
@@ -80,17 +80,8 @@ func parseUpstream(s, passwordFile string) (upstream, error) {
 		cs = withSetting(cs, "password", pw)
 	}
 	network, address := pgconn.NetworkAddress(cfg.Host, cfg.Port)
-	w := wire.Upstream{Network: network, Address: address, SSLMode: sslModeOf(cfg), DirectTLS: cfg.SSLNegotiation == "direct"}
-	switch {
-	case cfg.TLSConfig == nil && len(cfg.Fallbacks) > 0 && cfg.Fallbacks[0].TLSConfig != nil:
-		w.TLSMode, w.TLS = wire.TLSAllow, cfg.Fallbacks[0].TLSConfig
-	case cfg.TLSConfig == nil:
-		w.TLSMode = wire.TLSDisable
-	case len(cfg.Fallbacks) > 0:
-		w.TLSMode, w.TLS = wire.TLSPrefer, cfg.TLSConfig
-	default:
-		w.TLSMode, w.TLS = wire.TLSRequire, cfg.TLSConfig
-	}
+	w := wire.Upstream{Network: network, Address: address, DirectTLS: cfg.SSLNegotiation == "direct"}
+	w.TLSMode, w.TLS, w.SSLMode = tlsModeOf(cfg)
 	return upstream{wire: w, controlURL: cs, display: maskPassword(cs)}, nil
 }
 
@@ -189,33 +180,25 @@ func maskPassword(cs string) string {
 	return dsnPassword.ReplaceAllString(cs, "${1}xxxxx")
 }
 
-// verifies reports whether c checks the server's certificate chain
-// (libpq's verify-ca and verify-full).
-func verifies(c *tls.Config) bool {
-	return c != nil && (!c.InsecureSkipVerify || c.VerifyPeerCertificate != nil)
-}
-
-// requireWithoutRoot reports sslmode=require with no root certificate
-// given: libpq then verifies the chain if its default root file exists.
-func requireWithoutRoot(cfg *pgconn.Config) bool {
-	return cfg.TLSConfig != nil && len(cfg.Fallbacks) == 0 && !verifies(cfg.TLSConfig) && cfg.TLSConfig.RootCAs == nil
-}
-
-// sslModeOf names the sslmode that pgconn's configuration implements.
-func sslModeOf(cfg *pgconn.Config) string {
-	switch {
-	case cfg.TLSConfig == nil && len(cfg.Fallbacks) > 0 && cfg.Fallbacks[0].TLSConfig != nil:
-		return "allow"
-	case cfg.TLSConfig == nil:
-		return "disable"
+// tlsModeOf reads back, from pgconn's configuration, the sslmode it
+// implements: the wire mode, the TLS configuration a TLS attempt uses,
+// and libpq's name for it. pgconn puts allow's TLS attempt and prefer's
+// plaintext one in Fallbacks; verify-ca checks the chain in
+// VerifyPeerCertificate, verify-full lets crypto/tls check it all.
+func tlsModeOf(cfg *pgconn.Config) (wire.TLSMode, *tls.Config, string) {
+	switch c := cfg.TLSConfig; {
+	case c == nil && len(cfg.Fallbacks) > 0 && cfg.Fallbacks[0].TLSConfig != nil:
+		return wire.TLSAllow, cfg.Fallbacks[0].TLSConfig, "allow"
+	case c == nil:
+		return wire.TLSDisable, nil, "disable"
 	case len(cfg.Fallbacks) > 0:
-		return "prefer"
-	case !cfg.TLSConfig.InsecureSkipVerify:
-		return "verify-full"
-	case cfg.TLSConfig.VerifyPeerCertificate != nil:
-		return "verify-ca"
+		return wire.TLSPrefer, c, "prefer"
+	case !c.InsecureSkipVerify:
+		return wire.TLSRequire, c, "verify-full"
+	case c.VerifyPeerCertificate != nil:
+		return wire.TLSRequire, c, "verify-ca"
 	}
-	return "require"
+	return wire.TLSRequire, cfg.TLSConfig, "require"
 }
 
 // defaultRootCert is libpq's default root certificate file,
