@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ensurePassword gives the superuser of a Private server the password of
@@ -67,7 +69,7 @@ func (s *Server) setPassword(ctx context.Context) error {
 	cmd := s.Command(ctx, "postgres", "--single", "-D", s.dataDir,
 		"-c", "exit_on_error=on", "-c", "log_min_error_statement=panic",
 		"-c", "log_checkpoints=off", "-c", "log_min_messages=warning", "template1")
-	cmd.Stdin = strings.NewReader("ALTER ROLE " + quoteIdent(s.superuser) + " PASSWORD '" + secret + "';\n")
+	cmd.Stdin = strings.NewReader("ALTER ROLE " + pgx.Identifier{s.superuser}.Sanitize() + " PASSWORD '" + secret + "';\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("pgserver: setting the superuser's password (postgres --single): %w: %s", err, causeIn(string(out)))
 	}
@@ -97,8 +99,6 @@ func scramSecret(password string) (string, error) {
 	b64 := base64.StdEncoding.EncodeToString
 	return "SCRAM-SHA-256$" + strconv.Itoa(iterations) + ":" + b64(salt) + "$" + b64(stored[:]) + ":" + b64(mac("Server Key")), nil
 }
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // writePassFile writes one .pgpass line for user on any host, port and
 // database, readable by the caller's OS user only, whole or absent
