@@ -87,7 +87,6 @@ type App struct {
 	services  *compat.Service
 	embedded  *pgserver.Server
 	closeMu   sync.Mutex
-	closed    bool
 	done      chan struct{} // closed when Serve has returned
 	serveErr  error         // why Serve returned, nil after Close; set before done is closed
 	upstream  string        // connection string, password masked
@@ -351,11 +350,9 @@ func (a *App) PasswordFile() string {
 func (a *App) Close(ctx context.Context) error {
 	a.closeMu.Lock()
 	defer a.closeMu.Unlock()
-	if a.closed {
+	if a.closing.Swap(true) {
 		return nil
 	}
-	a.closed = true
-	a.closing.Store(true)
 	err := a.server.Close(ctx)
 	<-a.done
 	a.closeAdmin()
