@@ -25,11 +25,15 @@
 // Service (service.go) ties them together and implements wire.Snowflakes.
 //
 // The state model shared by the shim and the Go generator is described in
-// sql/functions.sql and in DESIGN.md ("State and uniqueness model"): the
-// sequence's last_value keeps the highest position issued from it, a hidden
-// per-(sequence, node) high-water sequence created only by _lease holds the
-// top of that node's leases, and a per-sequence advisory lock serialises the
-// shim's nextval with _lease.
+// docs/state-model.md and at the top of sql/functions.sql: the sequence's
+// last_value keeps the highest position the shim issued (and, one lease
+// late, the fast path's), a hidden per-(sequence, node) high-water sequence
+// created only by _lease holds the top of that node's leases, the two
+// paths share each millisecond by count (the generator below 3072, the
+// shim above while a lease may be live), and a per-sequence advisory lock
+// serialises the shim's nextval with _lease. clock.go holds the
+// generator's clock back to the server's, so that a session's shim IDs
+// follow its fast-path IDs.
 //
 // Known differences from the C extension, with their reasons:
 //

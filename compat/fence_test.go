@@ -30,7 +30,7 @@ func TestFenceAfterShimIssuance(t *testing.T) {
 		if shim <= fast {
 			t.Fatalf("shim %d not above fast %d", shim, fast)
 		}
-		svc.Fence(db, 0, false)
+		svc.Fence(db, 0)
 		after, err := nextvalVia(ctx, svc, db, oid, 5)
 		if err != nil {
 			t.Fatal(err)
@@ -43,9 +43,9 @@ func TestFenceAfterShimIssuance(t *testing.T) {
 
 // Regression (equivalence suite, increment.sql): setval to a future
 // snowflake was ignored by the fast path while it held a lease; the pgEdge
-// rule continues above it. An external Fence makes the next lease honor the
+// rule continues above it. After a Fence the next lease starts above the
 // sequence's last_value.
-func TestExternalFenceHonorsSetval(t *testing.T) {
+func TestFenceHonorsSetval(t *testing.T) {
 	url := newDB(t)
 	c := connect(t, url)
 	install(t, c)
@@ -61,7 +61,7 @@ func TestExternalFenceHonorsSetval(t *testing.T) {
 	ms, _, _ := generator.Decompose(first)
 	future := generator.Compose(ms+3_600_000, 5, 3995) // an hour ahead
 	mustExec(t, c, "SELECT setval('s', $1)", future)
-	svc.Fence(db, 0, true)
+	svc.Fence(db, 0)
 	next, err := nextvalVia(ctx, svc, db, oid, 5)
 	if err != nil {
 		t.Fatal(err)
@@ -69,8 +69,8 @@ func TestExternalFenceHonorsSetval(t *testing.T) {
 	if next <= future {
 		t.Fatalf("after setval(%d) the fast path gave %d", future, next)
 	}
-	// Honoring is one-shot: a later plain fence does not jump again.
-	svc.Fence(db, 0, false)
+	// A later fence continues from there.
+	svc.Fence(db, 0)
 	again, err := nextvalVia(ctx, svc, db, oid, 5)
 	if err != nil {
 		t.Fatal(err)

@@ -18,18 +18,9 @@ import (
 // The shim answers those calls meanwhile, so the delay is harmless.
 const noShimBackoff = time.Second
 
-// DefaultPendingWait bounds how long Lease waits for a new high-water sequence to
-// settle, that is for the transactions that were running when it was created
-// to end. Usually a few ms; a session idle in a transaction holds it up, and
-// the fast path then fails (the shim serves) until that transaction ends.
-const DefaultPendingWait = 2 * time.Second
-
-// ErrPending is returned (wrapped) by Lease when a new per-(sequence, node)
-// high-water sequence has not settled within PendingWait.
-var ErrPending = errors.New("compat: lease state pending: a transaction older than it is still running")
-
-// ErrNoShim is returned (wrapped) when the database has no shim installed.
-var ErrNoShim = errors.New("compat: the snowflake shim is not installed in this database")
+// ErrNoShim is returned (wrapped) when the database has no shim installed,
+// or one older than this proxy (without the _lease it calls).
+var ErrNoShim = errors.New("compat: the snowflake shim is not installed in this database, or predates this proxy (ALTER EXTENSION snowflake UPDATE)")
 
 // poolSource gives the control pool of a database.
 type poolSource interface {
@@ -42,49 +33,12 @@ type poolSource interface {
 // returns).
 type LeaseStore struct {
 	pools poolSource
-	// PendingWait bounds how long Lease waits for a new high-water
-	// sequence to settle. 0: DefaultPendingWait. Set before first use.
-	PendingWait time.Duration
+	// serverClock, when set, receives the server's clock as read by each
+	// lease (see serverBoundClock).
+	serverClock func(serverMs int64)
 
 	mu     sync.Mutex
 	noShim map[string]time.Time // database -> retry after
-	// external counts, per database, the statements that may have set
-	// sequences from outside the snowflake paths (see HonorSequences);
-	// honored records, per key, the count its last lease took in.
-	external map[string]uint64
-	honored  map[generator.Key]uint64
-}
-
-// HonorSequences makes the next lease of every key of database start above
-// its sequence's own last_value too (not only above the key's high-water):
-// a setval, ALTER SEQUENCE or restore through some session moved it, and
-// the pgEdge rule continues from there. Pair it with generator.Fence so the
-// next ID waits for that lease.
-func (l *LeaseStore) HonorSequences(database string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.external == nil {
-		l.external = map[string]uint64{}
-		l.honored = map[generator.Key]uint64{}
-	}
-	l.external[database]++
-}
-
-// honor reports whether key's next lease must take in its sequence's
-// last_value, and the count to record once that lease succeeded.
-func (l *LeaseStore) honor(key generator.Key) (bool, uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.external[key.Database]
-	return n != l.honored[key], n
-}
-
-func (l *LeaseStore) honoredUpTo(key generator.Key, n uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n > l.honored[key] {
-		l.honored[key] = n
-	}
 }
 
 // NewLeaseStore returns a LeaseStore that uses pool to reach each database.
@@ -97,11 +51,14 @@ type poolFunc func(database string) (*pgxpool.Pool, error)
 
 func (f poolFunc) pool(database string) (*pgxpool.Pool, error) { return f(database) }
 
-const leaseQuery = `SELECT lo_pos, hi_pos FROM snowflake._lease($1::pg_catalog.oid::pg_catalog.regclass, $2::pg_catalog.int4, $3::pg_catalog.int8, $4::pg_catalog.bool)`
+const leaseQuery = `SELECT lo_pos, hi_pos, floor_pos, server_ms FROM snowflake._lease($1::pg_catalog.oid::pg_catalog.regclass, $2::pg_catalog.int4, $3::pg_catalog.int8, $4::pg_catalog.int8, $5::pg_catalog.int8)`
 
-// Lease implements generator.LeaseStore. prevHi is not needed: the
-// per-(sequence, node) high-water sequence in the server is the truth.
-func (l *LeaseStore) Lease(ctx context.Context, key generator.Key, prevHi, wantHi int64) (generator.Lease, error) {
+// Lease implements generator.LeaseStore. The per-(sequence, node)
+// high-water sequence in the server is the truth; when it is not prevHi,
+// the sequence is raised to it (positions up to it may have been issued
+// unreported), as it is to issued. Floor is the sequence's last_value,
+// which the shim and setval move.
+func (l *LeaseStore) Lease(ctx context.Context, key generator.Key, prevHi, wantHi, issued int64) (generator.Lease, error) {
 	if err := l.shimKnownMissing(key.Database); err != nil {
 		return generator.Lease{}, err
 	}
@@ -109,39 +66,15 @@ func (l *LeaseStore) Lease(ctx context.Context, key generator.Key, prevHi, wantH
 	if err != nil {
 		return generator.Lease{}, err
 	}
-	wait := l.PendingWait
-	if wait == 0 {
-		wait = DefaultPendingWait
+	var lease generator.Lease
+	var serverMs int64
+	if err := p.QueryRow(ctx, leaseQuery, key.Seq, int32(key.Node), prevHi, wantHi, issued).Scan(&lease.Lo, &lease.Hi, &lease.Floor, &serverMs); err != nil {
+		return generator.Lease{}, l.wrap(key, "lease", err)
 	}
-	deadline := time.Now().Add(wait)
-	pause := time.Millisecond
-	honor, external := l.honor(key)
-	for {
-		var lo, hi *int64
-		err = p.QueryRow(ctx, leaseQuery, key.Seq, int32(key.Node), wantHi, honor).Scan(&lo, &hi)
-		if err != nil {
-			return generator.Lease{}, l.wrap(key, "lease", err)
-		}
-		if lo != nil && hi != nil {
-			if honor {
-				l.honoredUpTo(key, external)
-			}
-			return generator.Lease{Lo: *lo, Hi: *hi}, nil
-		}
-		// The key's high-water sequence is new and some transaction older
-		// than it may still issue blind to it (sql/functions.sql): wait.
-		if time.Now().Add(pause).After(deadline) {
-			return generator.Lease{}, fmt.Errorf("%w: %s/%d node %d", ErrPending, key.Database, key.Seq, key.Node)
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return generator.Lease{}, ctx.Err()
-		case <-t.C:
-		}
-		pause = min(2*pause, 100*time.Millisecond)
+	if l.serverClock != nil {
+		l.serverClock(serverMs)
 	}
+	return lease, nil
 }
 
 func (l *LeaseStore) shimKnownMissing(database string) error {

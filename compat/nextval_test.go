@@ -189,7 +189,7 @@ func TestNextvalErrors(t *testing.T) {
 	nb := connectConfig(t, cfg)
 	mustExec(t, nb, "SET snowflake.node = 9")
 	wantErr(t, pgErr(t, nb, "SELECT snowflake._issue('secret', 'postgres')"), "42501", "permission denied for sequence secret")
-	wantErr(t, pgErr(t, nb, "SELECT * FROM snowflake._lease('secret', 1, 0, false)"), "42501", "permission denied for sequence secret")
+	wantErr(t, pgErr(t, nb, "SELECT * FROM snowflake._lease('secret', 1, 0, 0, 0)"), "42501", "permission denied for sequence secret")
 	queryInt(t, nb, "SELECT snowflake.nextval('usable')")
 }
 

@@ -44,17 +44,14 @@ type Config struct {
 	// means the generator's defaults.
 	LeaseDuration time.Duration
 	RenewBefore   time.Duration
-	// Clock is passed to generator.Config. Nil: generator.SystemClock.
+	// Clock is the proxy's clock, held back for the generator to the
+	// server's (serverBoundClock). Nil: generator.SystemClock.
 	Clock generator.Clock
 	// MaxConns bounds each per-database pool. 0: DefaultMaxConns.
 	MaxConns int32
 	// Heartbeat is the interval between verifications of a held claim, and
 	// between attempts of a claim not held. 0: DefaultHeartbeat.
 	Heartbeat time.Duration
-	// PendingWait bounds how long a first lease of a (sequence, node) waits
-	// for older transactions to end (LeaseStore.PendingWait). 0:
-	// DefaultPendingWait.
-	PendingWait time.Duration
 }
 
 // Service implements wire.Snowflakes: the fast path's IDs (through the
@@ -85,8 +82,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Node < 0 || cfg.Node > generator.MaxNode {
 		return nil, fmt.Errorf("compat: node %d is outside 0..%d", cfg.Node, generator.MaxNode)
 	}
-	if cfg.MaxConns < 0 || cfg.Heartbeat < 0 || cfg.PendingWait < 0 {
-		return nil, errors.New("compat: negative MaxConns, Heartbeat or PendingWait")
+	if cfg.MaxConns < 0 || cfg.Heartbeat < 0 {
+		return nil, errors.New("compat: negative MaxConns or Heartbeat")
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
@@ -119,10 +116,11 @@ func New(cfg Config) (*Service, error) {
 		claims: map[string]*claim{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.store = &LeaseStore{pools: s, PendingWait: cfg.PendingWait}
+	clock := newServerBoundClock(cfg.Clock)
+	s.store = &LeaseStore{pools: s, serverClock: clock.observe}
 	s.gen, err = generator.New(generator.Config{
 		Store:         s.store,
-		Clock:         cfg.Clock,
+		Clock:         clock,
 		LeaseDuration: cfg.LeaseDuration,
 		RenewBefore:   cfg.RenewBefore,
 		Logger:        log,
@@ -177,14 +175,10 @@ func (s *Service) TryNextvalBatch(database string, node int, reqs []generator.Re
 }
 
 // Fence implements wire.Snowflakes: the next fast-path ID of every
-// sequence of database (of seq only, when not 0) comes from a fresh lease
-// that starts above what other paths issued meanwhile. With external set,
-// that lease also starts above the sequence's own last_value (a setval or
-// ALTER SEQUENCE moved it).
-func (s *Service) Fence(database string, seq uint32, external bool) {
-	if external {
-		s.store.HonorSequences(database)
-	}
+// sequence of database (of seq only, when not 0) comes from a fresh lease,
+// which starts above the sequence's last_value: above what the shim issued
+// meanwhile, and above a setval or ALTER SEQUENCE.
+func (s *Service) Fence(database string, seq uint32) {
 	s.gen.Fence(database, seq)
 }
 
@@ -210,14 +204,16 @@ func (s *Service) ExtensionChanged(database string) {
 func (s *Service) Store() *LeaseStore { return s.store }
 
 // pool returns the control pool of database, creating it on first use.
+// While the Service closes, pools that exist stay usable (the generator
+// reports its last IDs through them) and no new one is made.
 func (s *Service) pool(database string) (*pgxpool.Pool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing {
-		return nil, ErrClosed
-	}
 	if p := s.pools[database]; p != nil {
 		return p, nil
+	}
+	if s.closing {
+		return nil, ErrClosed
 	}
 	cfg := s.base.Copy()
 	cfg.ConnConfig.Database = database

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // allocator issues the positions of one Key inside its current lease.
@@ -14,7 +15,7 @@ import (
 //
 //   - only a renewal writes hi, and only one renewal runs at a time;
 //   - hi only grows; a renewal that must jump (foreign issuance) raises last
-//     to Lo before it publishes the new hi. An issuer that read the old hi
+//     to Lo or Floor before it publishes the new hi. An issuer that read the old hi
 //     can only issue p <= old hi <= Lo, and its CAS fails if the jump came
 //     first; an issuer that read the new hi also sees the jump. So every
 //     issued position lies in a lease and above anything issued by others.
@@ -42,6 +43,33 @@ type allocator struct {
 
 	mu     sync.Mutex
 	flight *renewal // the renewal in flight, shared by everyone waiting
+
+	// jumpedTo is the position last was raised to by the latest jump
+	// (lease): last equals it until an ID is issued above it. reported is
+	// the highest issued position passed to the store. Both are owned by
+	// the renewal in flight.
+	jumpedTo int64
+	reported int64
+}
+
+// clockWaitMs bounds how long a fenced renewal waits for the clock.
+const clockWaitMs = 10
+
+// awaitClockPast waits, a few ms at most, until the clock has passed the
+// millisecond of floor when the next position would otherwise be dated
+// after the clock: a floor in the shim's counts of the current
+// millisecond leaves the generator only the next one, and a shim ID that
+// the same session gets next, dated by the server's clock, would be
+// smaller. Further ahead (a setval to the future) waiting would not help.
+func (a *allocator) awaitClockPast(floor int64) {
+	ms := floor >> CountBits
+	if floor&MaxCount < FastPathCounts-1 || ms-a.g.clock.NowMs() >= clockWaitMs {
+		return
+	}
+	deadline := time.Now().Add(clockWaitMs * time.Millisecond)
+	for a.g.clock.NowMs() <= ms && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // renewal is one Lease call; err is valid once done is closed.
@@ -66,7 +94,7 @@ func (a *allocator) next(ctx context.Context, inc int64) (int64, error) {
 	for {
 		hi := a.hi.Load()
 		last := a.last.Load()
-		p := Next(last, now, inc)
+		p := NextFast(last, now, inc)
 		if p <= hi {
 			if !a.last.CompareAndSwap(last, p) {
 				continue
@@ -102,7 +130,7 @@ func (a *allocator) tryNext(inc int64) (int64, bool, error) {
 	for {
 		hi := a.hi.Load()
 		last := a.last.Load()
-		p := Next(last, now, inc)
+		p := NextFast(last, now, inc)
 		if p > hi {
 			if err := a.failingFast(); err != nil {
 				return 0, false, err
@@ -197,7 +225,7 @@ func (a *allocator) renew(r *renewal) {
 	defer a.g.wg.Done()
 	fence := a.fenceWant.Load()
 	began := a.g.clock.NowMs()
-	err := a.lease(a.g.ctx, r.need)
+	err := a.lease(a.g.ctx, r.need, fence != a.fenceDone.Load())
 	if err == nil {
 		for {
 			done := a.fenceDone.Load()
@@ -226,8 +254,9 @@ func (a *allocator) renew(r *renewal) {
 
 // lease takes the next lease from the store and installs it; the lease
 // covers at least position need. Only one runs at a time per allocator
-// (start's single flight).
-func (a *allocator) lease(ctx context.Context, need int64) error {
+// (start's single flight). fenced: a Fence asked for it; then, and for
+// the first lease, the allocator continues above the lease's Floor.
+func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 	store, key := a.g.store, a.key
 	prevHi := a.hi.Load()
 	if prevHi >= MaxPosition {
@@ -245,21 +274,43 @@ func (a *allocator) lease(ctx context.Context, need int64) error {
 	// all there; sleeping for the clock would stall clients.
 	want := Position(a.g.clock.NowMs()+a.g.leaseMs, MaxCount)
 	want = min(max(want, need), MaxPosition)
-	l, err := store.Lease(ctx, key, prevHi, want)
+	issued := a.last.Load()
+	if issued <= a.jumpedTo || issued <= a.reported {
+		issued = 0 // nothing issued since the jump or the last report
+	}
+	l, err := store.Lease(ctx, key, prevHi, want, issued)
 	if err != nil {
 		return fmt.Errorf("generator: lease for %v: %w", key, err)
 	}
 	l.Hi = min(l.Hi, MaxPosition)
-	if l.Hi <= l.Lo || l.Hi <= prevHi {
+	if l.Hi <= l.Lo || l.Hi <= prevHi || l.Hi <= l.Floor {
 		return fmt.Errorf("generator: lease for %v: store granted (%d, %d] after %d: %w",
 			key, l.Lo, l.Hi, prevHi, ErrExhausted)
 	}
+	a.reported = max(a.reported, issued)
+	var jump int64
 	if l.Lo != prevHi {
 		// Someone else issued (or reserved) positions since our last lease:
 		// continue above them. With Lo == prevHi the window simply extends.
+		jump = l.Lo
+	}
+	if (fenced || prevHi == 0) && l.Floor > jump {
+		// Only for a first lease and after a fence: other paths never
+		// issue what the generator does (the counts of a millisecond are
+		// split between them), so the floor is a matter of order: the
+		// pgEdge rule continues above the sequence (a setval, a restart),
+		// and a session that fenced gets larger IDs than the shim gave it.
+		jump = l.Floor
+		a.awaitClockPast(jump)
+	}
+	if jump > 0 {
 		for {
 			last := a.last.Load()
-			if last >= l.Lo || a.last.CompareAndSwap(last, l.Lo) {
+			if last >= jump {
+				break
+			}
+			if a.last.CompareAndSwap(last, jump) {
+				a.jumpedTo = jump
 				break
 			}
 		}

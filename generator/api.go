@@ -20,8 +20,14 @@ type Key struct {
 // a renewal's Lo equals the previous lease's Hi nobody else issued in
 // between, and the allocator continues where it was; otherwise it jumps
 // above Lo.
+//
+// Floor is the highest position the store knows other paths issued (the
+// sequence's last_value, below Hi; 0 when none): the allocator continues
+// above it too, so that IDs it issues after a statement that went through
+// another path are larger, as a single issuer's would be.
 type Lease struct {
 	Lo, Hi int64
+	Floor  int64
 }
 
 // LeaseStore reserves windows of positions durably. compat implements it
@@ -29,6 +35,9 @@ type Lease struct {
 type LeaseStore interface {
 	// Lease reserves positions for key up to at least wantHi and returns the
 	// granted window. prevHi is the Hi of the key's previous lease (0 for
-	// the first). The returned lease must be durable before Lease returns.
-	Lease(ctx context.Context, key Key, prevHi, wantHi int64) (Lease, error)
+	// the first); issued is the highest position issued from it (0 when
+	// none), which the store may record as issued (compat raises the
+	// sequence to it). The returned lease must be durable before Lease
+	// returns.
+	Lease(ctx context.Context, key Key, prevHi, wantHi, issued int64) (Lease, error)
 }

@@ -134,7 +134,7 @@ func (a *allocator) positions(now, last int64, reqs []Request, from int) int64 {
 	p := last
 	for j := from; j < len(reqs); j++ {
 		if r := &reqs[j]; r.Seq == a.key.Seq {
-			p = Next(p, now, r.Inc)
+			p = NextFast(p, now, r.Inc)
 			r.pos, r.done = p, true
 		}
 	}
@@ -143,9 +143,9 @@ func (a *allocator) positions(now, last int64, reqs []Request, from int) int64 {
 
 // take issues the positions of a's requests in reqs[from:] (see
 // positions) with one compare-and-swap, waiting for the store when the
-// lease has no room for all of them. now stays the batch's clock reading
-// after a wait: the rule only needs positions above last, which it gives
-// for any now.
+// lease has no room for all of them. After a wait the clock is read again:
+// a lease may have moved it (compat holds it back to the server's), and
+// the rule gives positions above last for any now.
 func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from int) error {
 	if want := a.fenceWant.Load(); want != a.fenceDone.Load() {
 		if err := a.awaitFence(ctx, want); err != nil {
@@ -168,6 +168,7 @@ func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from in
 		if err := a.await(ctx, p); err != nil {
 			return err
 		}
+		now = a.g.clock.NowMs()
 	}
 }
 

@@ -194,8 +194,11 @@ func (g *Generator) goRenew(a *allocator, r *renewal) error {
 }
 
 // Close stops background renewals and waits for running ones to return, or
-// for ctx to be done. Next fails with ErrClosed afterwards. Leases already
-// granted are not released: they expire with time, as after a crash.
+// for ctx to be done, then reports to the store what each Key issued since
+// its last lease (a Lease call with no room asked for), so that the store
+// knows every ID issued; failures are logged. Next fails with ErrClosed
+// afterwards. Leases already granted are not released: they expire with
+// time, as after a crash.
 func (g *Generator) Close(ctx context.Context) error {
 	g.mu.Lock()
 	g.closed.Store(true)
@@ -205,10 +208,20 @@ func (g *Generator) Close(ctx context.Context) error {
 	go g.waitRenewals(done)
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("generator: close: %w", ctx.Err())
 	}
+	for _, a := range g.allocs.Load().all {
+		issued := a.last.Load()
+		if issued <= a.jumpedTo || issued <= a.reported {
+			continue
+		}
+		if _, err := g.store.Lease(ctx, a.key, a.hi.Load(), 0, issued); err != nil {
+			g.logger.Warn("reporting the last IDs issued failed", "database", a.key.Database,
+				"seq", a.key.Seq, "node", a.key.Node, "err", err)
+		}
+	}
+	return nil
 }
 
 func (g *Generator) waitRenewals(done chan<- struct{}) {

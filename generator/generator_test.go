@@ -339,13 +339,22 @@ func TestCloseStopsRenewals(t *testing.T) {
 	g, clock := newTestGen(t, s)
 	mustNext(t, g, testKey)
 	clock.Set(106)
-	mustNext(t, g, testKey) // starts a background renewal, held in the store
+	last := mustNext(t, g, testKey) // starts a background renewal, held in the store
 	<-s.entered
 	clock.Set(200)
 	waiting := goNext(context.Background(), g)
 
-	if err := g.Close(context.Background()); err != nil {
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close(context.Background()) }()
+	// Once the renewal gave up, Close reports what was issued since the
+	// last lease: a store call that the test lets through.
+	<-s.entered
+	close(s.release)
+	if err := <-closed; err != nil {
 		t.Fatal(err)
+	}
+	if got, want := s.Issued(testKey), PositionOf(last); got != want {
+		t.Fatalf("Close reported issued position %d, want the last ID's %d", got, want)
 	}
 	if r := <-waiting; !errors.Is(r.err, context.Canceled) && !errors.Is(r.err, ErrClosed) {
 		t.Fatalf("Next waiting during Close: %v", r)

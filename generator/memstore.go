@@ -8,7 +8,8 @@ import (
 // MemStore is an in-memory LeaseStore with the high-water semantics of the
 // real store in package compat: per key a high-water mark hw (every position
 // <= hw may have been issued); Lease returns Lo = hw and Hi = max(wantHi,
-// hw+1), then sets hw = Hi. It is safe for concurrent use. Tests use its
+// hw+1), then sets hw = Hi; it records the highest issued position
+// reported (Issued). It is safe for concurrent use. Tests use its
 // extra methods to simulate other issuers and failures.
 type MemStore struct {
 	// BeforeLease, when set, runs at the start of every Lease call, outside
@@ -19,17 +20,18 @@ type MemStore struct {
 
 	mu       sync.Mutex
 	hw       map[Key]int64
+	issued   map[Key]int64
 	leaseErr error
 	leases   int
 }
 
 // NewMemStore returns an empty store: every key starts at high-water 0.
 func NewMemStore() *MemStore {
-	return &MemStore{hw: map[Key]int64{}}
+	return &MemStore{hw: map[Key]int64{}, issued: map[Key]int64{}}
 }
 
 // Lease implements LeaseStore.
-func (s *MemStore) Lease(ctx context.Context, key Key, prevHi, wantHi int64) (Lease, error) {
+func (s *MemStore) Lease(ctx context.Context, key Key, prevHi, wantHi, issued int64) (Lease, error) {
 	if s.BeforeLease != nil {
 		if err := s.BeforeLease(ctx, key, prevHi, wantHi); err != nil {
 			return Lease{}, err
@@ -44,6 +46,7 @@ func (s *MemStore) Lease(ctx context.Context, key Key, prevHi, wantHi int64) (Le
 	if s.leaseErr != nil {
 		return Lease{}, s.leaseErr
 	}
+	s.issued[key] = max(s.issued[key], issued)
 	lo := s.hw[key]
 	hi := max(wantHi, lo+1)
 	s.hw[key] = hi
@@ -73,6 +76,13 @@ func (s *MemStore) IssueForeign(key Key) int64 {
 	defer s.mu.Unlock()
 	s.hw[key]++
 	return s.hw[key]
+}
+
+// Issued returns the highest issued position reported for key.
+func (s *MemStore) Issued(key Key) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.issued[key]
 }
 
 // SetLeaseError makes every Lease call fail with err (nil: succeed again).

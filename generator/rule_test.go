@@ -77,6 +77,42 @@ func TestNextRuleIncrementSequences(t *testing.T) {
 	}
 }
 
+// The generator's rule keeps below FastPathCounts and moves on where the
+// pgEdge rule would use the counts the shim keeps for itself.
+func TestNextFastRule(t *testing.T) {
+	tests := []struct {
+		name      string
+		last      int64
+		now, inc  int64
+		wantMs    int64
+		wantCount int
+	}{
+		{"clock ahead starts a new ms", Position(10, 7), 11, 1, 11, 0},
+		{"same ms counts up", Position(10, 7), 10, 1, 10, 8},
+		{"last count of its zone", Position(10, 3070), 10, 1, 10, 3071},
+		{"past its zone: next ms", Position(10, 3071), 10, 1, 11, 0},
+		{"after a shim count: next ms", Position(10, 3500), 10, 1, 11, 0},
+		{"after a shim count, clock ahead", Position(10, 3500), 12, 1, 12, 0},
+		{"increment 100: 0, 100, 200", Position(10, 100), 10, 100, 10, 200},
+		{"increment 100 at the zone's end", Position(10, 3000), 10, 100, 11, 0},
+		{"increment 3071", Position(10, 0), 10, 3071, 10, 3071},
+		{"increment 3072", Position(10, 0), 10, 3072, 11, 0},
+		{"increment 4096", Position(10, 0), 10, 4096, 11, 0},
+		{"huge increment does not overflow", Position(10, 5), 10, 1<<63 - 1, 11, 0},
+		{"negative increment clamped to 1", Position(10, 5), 10, -1, 10, 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := NextFast(tt.last, tt.now, tt.inc)
+			if want := Position(tt.wantMs, tt.wantCount); got != want {
+				t.Fatalf("NextFast(%d:%d, now %d, inc %d) = %d:%d, want %d:%d",
+					tt.last>>CountBits, tt.last&MaxCount, tt.now, tt.inc,
+					got>>CountBits, got&MaxCount, tt.wantMs, tt.wantCount)
+			}
+		})
+	}
+}
+
 func BenchmarkRule(b *testing.B) {
 	pos := int64(0)
 	for i := 0; b.Loop(); i++ {

@@ -113,6 +113,15 @@ func (e *testEnv) closeProxyErr(ctx context.Context) error {
 	return nil
 }
 
+// cancelledContext makes closeProxy cut open sessions at once; the proxy
+// still stops its services in order (reporting what the fast path
+// issued).
+func cancelledContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
 // restartProxy closes the proxy at once (open sessions are cut) and starts a
 // new one on the same address. It may run outside the test goroutine.
 func (e *testEnv) restartProxy() error {

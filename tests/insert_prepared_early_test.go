@@ -62,7 +62,7 @@ func TestPreparedInsertFromBeforeTheCatalogWatchStopsFencing(t *testing.T) {
 	direct := e.connectDirect(t)
 	const hw = `SELECT pg_catalog.pg_sequence_last_value(c.oid) FROM pg_catalog.pg_class c
 		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = 'snowflake' AND c.relname LIKE '\_hw\_%'`
+		WHERE n.nspname = 'snowflake' AND c.relname ~ '^_hw_[0-9]+_[0-9]+$'`
 	last := mustInt64(t, direct, hw)
 	moves := 0
 	var ids []int64

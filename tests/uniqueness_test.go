@@ -134,7 +134,9 @@ func TestUniquenessUnderConcurrencyAcrossARestart(t *testing.T) {
 		t.Errorf("%d duplicate IDs among %d", dups, len(all))
 	}
 
-	// The sequence's last_value covers everything issued from it.
+	// The sequence's last_value covers everything issued from it, once the
+	// proxy has stopped (while it runs it trails by up to one lease).
+	e.closeProxy(t, cancelledContext())
 	direct := e.connectDirect(t)
 	last := mustInt64(t, direct, "SELECT last_value FROM useq")
 	if maxID := all[len(all)-1].id; last < maxID {

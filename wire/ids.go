@@ -182,7 +182,7 @@ func (p *clientPump) fence() bool {
 	ss.fenceDue = 0
 	ss.mu.Unlock()
 	if due != 0 {
-		ss.cfg.Snowflakes.Fence(ss.db, 0, due&plan.TouchSequence != 0)
+		ss.cfg.Snowflakes.Fence(ss.db, 0)
 	}
 	return busy == 0 && !locks
 }

@@ -157,7 +157,7 @@ func (f *fakeSnowflakes) TryNextvalBatch(db string, node int, reqs []generator.R
 func (f *fakeSnowflakes) CatalogEpoch(db string) uint64 { return f.epoch.Load() }
 
 // Fence counts fences; the fake's IDs only grow, so nothing else is needed.
-func (f *fakeSnowflakes) Fence(db string, seq uint32, external bool) { f.fences.Add(1) }
+func (f *fakeSnowflakes) Fence(db string, seq uint32) { f.fences.Add(1) }
 
 func (f *fakeSnowflakes) ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {
 	return "DO $$BEGIN RAISE NOTICE 'installed'; END$$", nil

@@ -61,8 +61,7 @@ type Snowflakes interface {
 	CatalogEpoch(database string) uint64
 	// Fence makes the next IDs of every sequence of database (of seq only,
 	// when not 0) continue above every ID issued so far by other paths
-	// (the server's shim); with external, also above the sequence's own
-	// last_value (set by setval or ALTER SEQUENCE). It must not block: the
+	// (the server's shim, setval, ALTER SEQUENCE). It must not block: the
 	// next NextvalBatch waits for the fresh lease instead.
-	Fence(database string, seq uint32, external bool)
+	Fence(database string, seq uint32)
 }

@@ -6,25 +6,23 @@
 -- the tag fn. It assumes the schema snowflake and snowflake.id_seq
 -- exist.
 --
--- State model (DESIGN.md, "State and uniqueness model"):
---   S            the user's sequence; its last_value holds the highest
---                position (ms<<12|count) issued from it by any path and node:
---                the shim applies the pgEdge rule to it, exactly as the
---                extension does, and _lease raises it to each lease's top;
+-- State model (docs/state-model.md has the argument why no ID repeats):
+--   S            the user's sequence; its last_value is the highest
+--                position (ms<<12|count) issued from it by the shim, raised
+--                by each lease to what the proxy issued from the one before;
 --   H(s, N)      snowflake."_hw_<oid>_<node>", created only by _lease on the
---                proxy's control connection: the top of node N's leases and
---                shim IDs, so that leases of different nodes never push each
---                other (a lease reads only its own H);
+--                proxy's control connection: the top of node N's leases;
+--   _hw_count    a sequence that _lease advances whenever it creates an H,
+--                so that a shim call that finds no H knows whether looking
+--                harder could find one (see _issue);
+--   zones        the proxy's generator issues counts 0 .. 3071 of a
+--                millisecond; while a lease of node N reaches more than 5 ms
+--                past the clock and S, the shim of node N issues counts
+--                3072 .. 4095 above S, otherwise the pgEdge rule above S and
+--                H;
 --   the lock     a session advisory lock on (0x5346 << 32 | oid), held only
 --                for the few statements that read and write S and H; _lease
 --                takes it at transaction level.
---
--- Why the shim reads S and not H: a session sees a newly created H only
--- after it processes catalog invalidations, which a transaction that was
--- already running (holding its locks) may never do. Such a session issues
--- from S and writes only S. So _lease treats a new H as pending until every
--- transaction older than it is over, then raises H to S once, and only then
--- grants leases from H.
 
 -- snowflake._shim_version() is not here: install.sql and update.sql define
 -- it with the version they install.
@@ -66,7 +64,11 @@ DECLARE
     node_txt text;
     node integer;
     lk bigint;
+    hwname text;
     hw regclass;
+    made bigint;
+    seen text;
+    top bigint := 0;
     last bigint;
     now_ms bigint;
     ms bigint;
@@ -106,6 +108,7 @@ BEGIN
     IF inc < 1 THEN
         inc := 1; -- a zero or negative increment would repeat positions
     END IF;
+    hwname := '_hw_' || seq::oid::text || '_' || node::text;
 
     lk := 91560112816128 | seq::oid::bigint; -- x'5346'::bigint << 32
     BEGIN
@@ -113,19 +116,67 @@ BEGIN
             PERFORM pg_advisory_lock(lk);
         END IF;
 
-        -- S holds the highest position issued from the sequence by any
-        -- path and node (the lease raises it too), so the rule reads S.
-        last := coalesce(pg_sequence_last_value(seq), 0);
+        -- H, the top of this node's leases. to_regclass answers from the
+        -- catalog caches, which a transaction that already holds all its
+        -- locks does not refresh: it can miss an H created since. Under
+        -- the lock, a _hw_count that moved since this session last found no
+        -- H means an H may have been committed meanwhile; a name lookup
+        -- that asks for a lock refreshes the caches when it finds nothing,
+        -- and to_regclass then sees what was committed. The session
+        -- remembers the count it checked, so this costs one lookup per
+        -- new H, and nothing in a database where no lease was ever taken.
+        hw := to_regclass('snowflake.' || hwname);
+        IF hw IS NULL THEN
+            made := pg_sequence_last_value('snowflake._hw_count'::regclass);
+            seen := 'snowflake._hw_seen_' || seq::oid::text || '_' || node::text;
+            IF made IS NOT NULL AND current_setting(seen, true) IS DISTINCT FROM made::text THEN
+                BEGIN
+                    EXECUTE 'SELECT FROM snowflake.' || hwname;
+                EXCEPTION WHEN undefined_table THEN
+                    NULL;
+                END;
+                hw := to_regclass('snowflake.' || hwname);
+                IF hw IS NULL THEN
+                    PERFORM set_config(seen, made::text, false);
+                END IF;
+            END IF;
+        END IF;
+        IF hw IS NOT NULL THEN
+            top := coalesce(pg_sequence_last_value(hw), 0);
+            top := (((top >> 22) & 2199023255551) << 12) | (top & 4095);
+        END IF;
 
-        -- The pgEdge rule (PGEDGE_API.md section 2) on positions.
+        last := coalesce(pg_sequence_last_value(seq), 0);
+        last := (((last >> 22) & 2199023255551) << 12) | (last & 4095);
         now_ms := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000;
-        ms := (last >> 22) & 2199023255551;
-        IF now_ms > ms THEN
-            ms := now_ms;
-            cnt := 0;
+        ms := last >> 12;
+        cnt := last & 4095;
+        IF (top >> 12) > greatest(now_ms, ms) + 5 THEN
+            -- A lease of this node reaches well past the clock and S: the
+            -- counts 3072 .. 4095, which the generator never issues, above S
+            -- and dated at the clock.
+            IF now_ms > ms THEN
+                ms := now_ms;
+                cnt := 3072;
+            ELSIF cnt < 3072 THEN
+                cnt := 3072;
+            ELSIF inc > 4095 - cnt THEN
+                ms := ms + 1;
+                cnt := 3072;
+            ELSE
+                cnt := cnt + inc;
+            END IF;
         ELSE
-            cnt := last & 4095;
-            IF inc > 4095 - cnt THEN
+            -- Every lease of this node ends before now, or at most a few ms
+            -- after it: the pgEdge rule above S and the leases' top.
+            IF top > last THEN
+                ms := top >> 12;
+                cnt := top & 4095;
+            END IF;
+            IF now_ms > ms THEN
+                ms := now_ms;
+                cnt := 0;
+            ELSIF inc > 4095 - cnt THEN
                 ms := ms + 1;
                 cnt := 0;
             ELSE
@@ -133,15 +184,7 @@ BEGIN
             END IF;
         END IF;
         v := (ms << 22) | (node::bigint << 12) | cnt;
-
         done := setval(seq, v, true);
-        -- Tell this node's leases about it. A session whose transaction
-        -- began before H was created may not see H (its catalog caches are
-        -- older); _lease does not trust H until such transactions are over.
-        hw := to_regclass('snowflake._hw_' || seq::oid::text || '_' || node::text);
-        IF hw IS NOT NULL THEN
-            done := setval(hw, v, true);
-        END IF;
 
         ok := pg_advisory_unlock(lk);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -227,27 +270,42 @@ $fn$;
 -- transaction level, so H's creation is committed before the shim can see
 -- the lock free, and a cancel or error releases it.
 --
--- lo_pos is the high-water position of (seq, node) before the lease;
--- hi_pos = greatest(want_hi_pos, lo_pos + 1) is the new one. Both are NULL
--- while H is pending (see the top of this file): the caller retries.
+-- prev_hi_pos is the top of the proxy's previous lease (0: none) and
+-- issued_pos the highest position it issued from it (0: none); S is
+-- raised to it, so that S shows the fast path's IDs
+-- to pg_dump, setval and a later switch to the extension. lo_pos is H
+-- before the lease, floor_pos S's position: every position at or below
+-- either may have been issued, and the proxy continues above both.
+-- hi_pos = greatest(want_hi_pos, lo_pos + 1, floor_pos + 1) becomes H.
+-- server_ms is the server's clock, which the proxy's generator must not
+-- run ahead of (compat/clock.go).
 --
--- H's comment names its sequence (an OID reused after a dump and restore,
--- or a renamed sequence, makes H stale: it is dropped and made again), and
--- while pending has a second line "pending" or "pending <epoch>", the time
--- from which every other transaction must have started for H to be seen.
--- honor_seq: also start above the sequence's own last_value. The proxy asks
--- for it once after a statement that may have set the sequence from outside
--- the snowflake paths (setval, ALTER SEQUENCE, a restore), so that later
--- IDs continue above it as the pgEdge rule would. Not by default: the
--- sequence also holds other nodes' lease tops, which must not push this
--- node ahead of the clock.
--- The three-argument form predates honor_seq (no notice when absent).
+-- H's comment names its sequence: an OID reused after a dump and restore,
+-- or a renamed sequence, makes H stale, and it is dropped and made again.
+--
+-- _hw_count's comment tracks the change from the shim's earlier state
+-- model, in which leases raised S to their top and the shim applied the
+-- full rule to S: a transaction that began before this version was
+-- installed may still run the earlier shim code from its catalog caches.
+-- Until every such transaction has ended (the comment reads 'waiting'
+-- and their virtual transaction ids, then 'settled'), leases raise S to
+-- their top as before. CREATE EXTENSION starts 'settled': no earlier code.
 IF to_regprocedure('snowflake._lease(regclass, integer, bigint)') IS NOT NULL THEN
     DROP FUNCTION snowflake._lease(regclass, integer, bigint);
 END IF;
-CREATE OR REPLACE FUNCTION snowflake._lease(seq regclass, node integer, want_hi_pos bigint,
-                                            honor_seq boolean,
-                                            OUT lo_pos bigint, OUT hi_pos bigint)
+IF to_regprocedure('snowflake._lease(regclass, integer, bigint, boolean)') IS NOT NULL THEN
+    DROP FUNCTION snowflake._lease(regclass, integer, bigint, boolean);
+END IF;
+IF to_regprocedure('snowflake._lease(regclass, integer, bigint, bigint)') IS NOT NULL THEN
+    DROP FUNCTION snowflake._lease(regclass, integer, bigint, bigint);
+END IF;
+IF to_regclass('snowflake._hw_count') IS NULL THEN
+    CREATE SEQUENCE snowflake._hw_count AS bigint MINVALUE 0 START 0 NO CYCLE;
+END IF;
+CREATE OR REPLACE FUNCTION snowflake._lease(seq regclass, node integer, prev_hi_pos bigint,
+                                            want_hi_pos bigint, issued_pos bigint,
+                                            OUT lo_pos bigint, OUT hi_pos bigint,
+                                            OUT floor_pos bigint, OUT server_ms bigint)
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -258,9 +316,11 @@ DECLARE
     hwname text := '_hw_' || seq::oid::text || '_' || node::text;
     hw regclass;
     cmt text;
-    since timestamptz;
+    older text;
+    raise_s boolean := false;
     s_last bigint;
-    h_last bigint;
+    s_pos bigint;
+    h_pos bigint;
     id bigint;
     done bigint;
 BEGIN
@@ -279,8 +339,10 @@ BEGIN
     IF node < 1 OR node > 1023 THEN
         RAISE EXCEPTION 'node % is outside 1..1023', node USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF want_hi_pos < 0 OR want_hi_pos > 9007199254740991 THEN -- (2^41-1)<<12 | 4095
-        RAISE EXCEPTION 'position % is out of range', want_hi_pos USING ERRCODE = 'numeric_value_out_of_range';
+    IF least(prev_hi_pos, want_hi_pos, issued_pos) < 0
+       OR greatest(prev_hi_pos, want_hi_pos, issued_pos) > 9007199254740991 THEN -- (2^41-1)<<12 | 4095
+        RAISE EXCEPTION 'position % % or % is out of range', prev_hi_pos, want_hi_pos, issued_pos
+            USING ERRCODE = 'numeric_value_out_of_range';
     END IF;
 
     PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
@@ -288,6 +350,7 @@ BEGIN
     -- lock, makes this session process catalog invalidations: an H created
     -- by another proxy while we waited is visible to to_regclass below.
     s_last := coalesce(pg_sequence_last_value(seq), 0);
+    s_pos := (((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095);
 
     hw := to_regclass('snowflake.' || quote_ident(hwname));
     IF hw IS NOT NULL THEN
@@ -295,56 +358,65 @@ BEGIN
         IF cmt IS NULL OR split_part(cmt, E'\n', 1) <> ident THEN
             EXECUTE format('DROP SEQUENCE snowflake.%I', hwname);
             hw := NULL;
+        ELSIF cmt <> ident THEN
+            -- An H that the earlier state model had left pending.
+            EXECUTE format('COMMENT ON SEQUENCE snowflake.%I IS %L', hwname, ident);
         END IF;
     END IF;
     IF hw IS NULL THEN
         EXECUTE format('CREATE SEQUENCE snowflake.%I AS bigint MINVALUE 0 START 0 NO CYCLE', hwname);
-        EXECUTE format('COMMENT ON SEQUENCE snowflake.%I IS %L', hwname, ident || E'\npending');
-        hw := to_regclass('snowflake.' || quote_ident(hwname));
-        IF s_last > 0 THEN
-            done := setval(hw, ((s_last >> 22) << 22) | (node::bigint << 12) | (s_last & 4095), true);
-        END IF;
-        PERFORM pg_current_xact_id();
-        RETURN; -- pending
-    END IF;
-
-    IF cmt <> ident THEN
-        -- Pending. This transaction sees H, so H was committed before now:
-        -- transactions that began after this moment see it too.
-        IF cmt = ident || E'\npending' THEN
-            since := clock_timestamp();
-        ELSE
-            since := to_timestamp(split_part(split_part(cmt, E'\n', 2), ' ', 2)::double precision);
-        END IF;
-        IF EXISTS (SELECT 1 FROM pg_stat_activity a
-                   WHERE a.datname = current_database() AND a.backend_type = 'client backend'
-                     AND a.pid <> pg_backend_pid() AND a.xact_start <= since) THEN
-            IF cmt = ident || E'\npending' THEN
-                EXECUTE format('COMMENT ON SEQUENCE snowflake.%I IS %L', hwname,
-                               ident || E'\npending ' || extract(epoch FROM since)::text);
-            END IF;
-            RETURN; -- still pending
-        END IF;
-        -- Settled: take in what shim calls blind to H wrote to S meanwhile.
         EXECUTE format('COMMENT ON SEQUENCE snowflake.%I IS %L', hwname, ident);
-        h_last := coalesce(pg_sequence_last_value(hw), 0);
-        IF (((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095)
-           > (((h_last >> 22) & 2199023255551) << 12) | (h_last & 4095) THEN
-            done := setval(hw, ((s_last >> 22) << 22) | (node::bigint << 12) | (s_last & 4095), true);
-        END IF;
+        hw := to_regclass('snowflake.' || quote_ident(hwname));
+        -- Shim calls that found no H look again once this has moved.
+        done := nextval('snowflake._hw_count');
+    END IF;
+    h_pos := coalesce(pg_sequence_last_value(hw), 0);
+    h_pos := (((h_pos >> 22) & 2199023255551) << 12) | (h_pos & 4095);
+
+    -- What the proxy issued lies inside its previous lease, below H. When
+    -- H is not where that lease ended (a first lease, or another run of
+    -- this node), positions up to H may have been issued unreported: the
+    -- proxy continues above H, and S is raised to it so that shim IDs
+    -- follow those too.
+    IF h_pos <> prev_hi_pos THEN
+        issued_pos := h_pos;
+    END IF;
+    IF least(issued_pos, h_pos) > s_pos THEN
+        s_pos := least(issued_pos, h_pos);
+        done := setval(seq, ((s_pos >> 12) << 22) | (node::bigint << 12) | (s_pos & 4095), true);
     END IF;
 
-    h_last := coalesce(pg_sequence_last_value(hw), 0);
-    lo_pos := (((h_last >> 22) & 2199023255551) << 12) | (h_last & 4095);
-    IF honor_seq THEN
-        lo_pos := greatest(lo_pos, (((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095));
-    END IF;
-    hi_pos := greatest(want_hi_pos, lo_pos + 1);
+    lo_pos := h_pos;
+    floor_pos := s_pos;
+    hi_pos := greatest(want_hi_pos, h_pos + 1, s_pos + 1);
     id := ((hi_pos >> 12) << 22) | (node::bigint << 12) | (hi_pos & 4095);
     done := setval(hw, id, true);
-    IF hi_pos > ((((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095)) THEN
+
+    cmt := obj_description('snowflake._hw_count'::regclass, 'pg_class');
+    IF cmt IS DISTINCT FROM 'settled' THEN
+        -- Transactions are named by their virtual transaction ids, which
+        -- pg_locks shows to every role.
+        SELECT string_agg(l.virtualxid, ' ' ORDER BY l.virtualxid) INTO older
+        FROM pg_locks l
+        WHERE l.locktype = 'virtualxid' AND l.granted AND l.pid <> pg_backend_pid()
+          AND (cmt IS NULL OR cmt NOT LIKE 'waiting %'
+               OR l.virtualxid = ANY (string_to_array(substr(cmt, 9), ' ')));
+        -- With no 'waiting' list yet, this transaction sees the shim's code,
+        -- so it was committed before now: only transactions running now
+        -- may run the earlier code.
+        IF older IS NULL THEN
+            COMMENT ON SEQUENCE snowflake._hw_count IS 'settled';
+        ELSE
+            raise_s := true;
+            IF cmt IS DISTINCT FROM 'waiting ' || older THEN
+                EXECUTE format('COMMENT ON SEQUENCE snowflake._hw_count IS %L', 'waiting ' || older);
+            END IF;
+        END IF;
+    END IF;
+    IF raise_s AND hi_pos > s_pos THEN
         done := setval(seq, id, true);
     END IF;
+    server_ms := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000;
     -- An xid makes the commit wait for its WAL flush: the lease is durable
     -- before the proxy hands out any of it.
     PERFORM pg_current_xact_id();

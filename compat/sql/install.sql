@@ -48,6 +48,9 @@ BEGIN
 
 {{FUNCTIONS}}
 
+    -- No earlier shim code can be running: leases need not wait for it
+    -- (see _lease).
+    COMMENT ON SEQUENCE snowflake._hw_count IS 'settled';
     EXECUTE pg_catalog.format(
         'CREATE OR REPLACE FUNCTION snowflake._shim_owns_schema() RETURNS boolean LANGUAGE sql IMMUTABLE AS %L',
         'SELECT ' || v_created::text);

