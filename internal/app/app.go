@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/snowflake-proxy/snowflake-proxy/compat"
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/admin"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite"
@@ -76,6 +77,9 @@ type Config struct {
 	// AdminListen is the address of the admin HTTP listener (/metrics,
 	// /healthz, /readyz; internal/admin). Empty: off.
 	AdminListen string
+	// Clock is the fast path's clock (compat.Config.Clock); tests step
+	// it. Nil: the system clock.
+	Clock generator.Clock
 }
 
 // App is a running proxy.
@@ -223,7 +227,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	}
 	warnServerNode(ctx, up, cfg.Node, cfg.UpstreamCheckTimeout, a.log)
 
-	services, err := compat.New(compat.Config{ControlURL: up.controlURL, Node: cfg.Node, Logger: cfg.Logger})
+	services, err := compat.New(compat.Config{ControlURL: up.controlURL, Node: cfg.Node, Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {
 		return nil, fmt.Errorf("snowflake services: %w", err)
 	}
