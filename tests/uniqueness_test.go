@@ -21,7 +21,8 @@ import (
 // snowflake default; the proxy is closed and started again on the same
 // address halfway. No ID may repeat, and each client's IDs must increase
 // strictly in the order it received them (the pgEdge rule: per sequence and
-// node, IDs only grow).
+// node, IDs only grow). A session idle in a transaction since before the
+// sequence existed stays open throughout.
 func TestUniquenessUnderConcurrencyAcrossARestart(t *testing.T) {
 	const (
 		node           = 5
@@ -35,6 +36,11 @@ func TestUniquenessUnderConcurrencyAcrossARestart(t *testing.T) {
 	}
 	e := newEnv(t, node)
 	e.installExtension(t)
+	// A session idle in a transaction from before the sequence existed,
+	// as on a busy server: it must hold up neither path.
+	idle := e.connectDirect(t)
+	mustRun(t, idle, "BEGIN ISOLATION LEVEL REPEATABLE READ")
+	mustRun(t, idle, "SELECT count(*) FROM pg_class")
 	e.execDirect(t, `CREATE SEQUENCE useq;
 		CREATE TABLE uniq_rows (id bigint PRIMARY KEY DEFAULT snowflake.nextval('useq'), client int NOT NULL)`)
 
