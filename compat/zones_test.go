@@ -227,3 +227,42 @@ func TestShimAfterFastPathWithProxyClockAhead(t *testing.T) {
 type clockAhead int64
 
 func (c clockAhead) NowMs() int64 { return generator.SystemClock{}.NowMs() + int64(c) }
+
+// Regression (state model, before it was released): once a node's lease
+// has ended, the shim issues with every count above its top; the next
+// lease must make the fast path continue above that, fence or no fence,
+// or both paths give the millisecond's count 0.
+func TestFastPathAfterShimIDAboveAnEndedLease(t *testing.T) {
+	url, c, db, oid := shimDB(t)
+	mustExec(t, c, "SET snowflake.node = 5")
+	clock := generator.NewFakeClock(serverPos(t, c) >> generator.CountBits)
+	svc, err := New(Config{ControlURL: url, Node: 5, Clock: clock, Heartbeat: 100 * time.Millisecond,
+		LeaseDuration: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close(ctxT(t)) })
+	if _, err := nextvalVia(ctxT(t), svc, db, oid, 5); err != nil {
+		t.Fatal(err)
+	}
+	top := generator.PositionOf(queryInt(t, c, fmt.Sprintf("SELECT last_value FROM snowflake._hw_%d_5", oid)))
+	deadline := time.Now().Add(10 * time.Second)
+	for serverPos(t, c) <= top+generator.Position(6, 0) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server's clock did not pass the lease")
+		}
+	}
+	shim := queryInt(t, c, "SELECT snowflake.nextval('s')")
+	if _, _, cnt := generator.Decompose(shim); cnt != 0 {
+		t.Fatalf("shim count %d after the lease ended, want 0", cnt)
+	}
+	ms, _, _ := generator.Decompose(shim)
+	clock.Set(ms) // the fast path at the shim's millisecond
+	fast, err := nextvalVia(ctxT(t), svc, db, oid, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fast <= shim {
+		t.Fatalf("fast path %v after the shim's %v", generator.Decode(fast), generator.Decode(shim))
+	}
+}

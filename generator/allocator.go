@@ -294,12 +294,13 @@ func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 		// continue above them. With Lo == prevHi the window simply extends.
 		jump = l.Lo
 	}
-	if (fenced || prevHi == 0) && l.Floor > jump {
-		// Only for a first lease and after a fence: other paths never
-		// issue what the generator does (the counts of a millisecond are
-		// split between them), so the floor is a matter of order: the
-		// pgEdge rule continues above the sequence (a setval, a restart),
-		// and a session that fenced gets larger IDs than the shim gave it.
+	if l.Floor > jump && (l.Floor > prevHi || fenced || prevHi == 0) {
+		// Above the previous lease's top, the floor is what the shim
+		// issued with every count once that lease had ended (or a setval):
+		// the new window must start above it. Below it the shim kept to
+		// its own counts, and the floor is a matter of order only: the
+		// pgEdge rule continues above the sequence on a first lease, and a
+		// session that fenced gets larger IDs than the shim gave it.
 		jump = l.Floor
 		a.awaitClockPast(jump)
 	}

@@ -51,3 +51,30 @@ func TestFenceIsScoped(t *testing.T) {
 		t.Fatalf("leases %d -> %d: the key's own fence did not renew", before, after)
 	}
 }
+
+// Regression (state model, before it was released): the shim issues with
+// every count once a node's leases have ended, above the last lease's top;
+// a renewal without a fence continued from the allocator's own last
+// position and could issue the shim's ID again. A Floor above the previous
+// lease's top is always jumped over.
+func TestFloorAboveThePreviousLeaseIsAlwaysHonored(t *testing.T) {
+	s := NewMemStore()
+	g, clock := newTestGen(t, s)
+	first := mustNext(t, g, testKey)
+	hw := s.HighWater(testKey)
+	// The lease has ended; the shim issued at the clock, count 0, above it.
+	clock.Set(hw>>CountBits + 10)
+	shim := Position(clock.NowMs(), 0)
+	s.SetFloor(testKey, shim)
+	next := PositionOf(mustNext(t, g, testKey))
+	if next <= shim {
+		t.Fatalf("after the shim's %s the fast path gave %s (first %s)", posString(shim), posString(next), posString(PositionOf(first)))
+	}
+	// A floor below the lease's top (the shim kept to its own counts) does
+	// not move an allocator that did not fence.
+	s.SetFloor(testKey, s.HighWater(testKey)-1)
+	clock.Set(s.HighWater(testKey)>>CountBits + 1)
+	if got := PositionOf(mustNext(t, g, testKey)); got != Position(clock.NowMs(), 0) {
+		t.Fatalf("fast path at %s, want the clock's %s", posString(got), posString(Position(clock.NowMs(), 0)))
+	}
+}

@@ -21,13 +21,14 @@ type MemStore struct {
 	mu       sync.Mutex
 	hw       map[Key]int64
 	issued   map[Key]int64
+	floor    map[Key]int64
 	leaseErr error
 	leases   int
 }
 
 // NewMemStore returns an empty store: every key starts at high-water 0.
 func NewMemStore() *MemStore {
-	return &MemStore{hw: map[Key]int64{}, issued: map[Key]int64{}}
+	return &MemStore{hw: map[Key]int64{}, issued: map[Key]int64{}, floor: map[Key]int64{}}
 }
 
 // Lease implements LeaseStore.
@@ -48,9 +49,9 @@ func (s *MemStore) Lease(ctx context.Context, key Key, prevHi, wantHi, issued in
 	}
 	s.issued[key] = max(s.issued[key], issued)
 	lo := s.hw[key]
-	hi := max(wantHi, lo+1)
+	hi := max(wantHi, lo+1, s.floor[key]+1)
 	s.hw[key] = hi
-	return Lease{Lo: lo, Hi: hi}, nil
+	return Lease{Lo: lo, Hi: hi, Floor: s.floor[key]}, nil
 }
 
 // SetHighWater sets key's high-water mark, as if the store had been
@@ -76,6 +77,14 @@ func (s *MemStore) IssueForeign(key Key) int64 {
 	defer s.mu.Unlock()
 	s.hw[key]++
 	return s.hw[key]
+}
+
+// SetFloor sets what Lease reports as key's Floor: positions another path
+// issued (compat: the sequence's last_value).
+func (s *MemStore) SetFloor(key Key, pos int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.floor[key] = pos
 }
 
 // Issued returns the highest issued position reported for key.
