@@ -17,8 +17,9 @@ type analyzer struct {
 	// through set_config) may change what a generated value depends on.
 	noSlots bool
 	// issuing counts the calls of the current statement that issue IDs
-	// (snowflake.nextval, convert_sequence_to_snowflake).
-	issuing int
+	// (snowflake.nextval, convert_sequence_to_snowflake); nextvals the
+	// snowflake.nextval calls among them.
+	issuing, nextvals int
 	// slotted holds the locations of calls made slots; leave those of
 	// currval calls that must stay calls (names.go).
 	slotted map[int32]bool
@@ -63,7 +64,7 @@ func analyze(sql string) (p *plan.Plan) {
 		// them (SET snowflake.node, CREATE SEQUENCE, BEGIN READ ONLY ...)
 		// keeps its calls: the shim evaluates them after the change.
 		before := a.p.Touches &^ plan.TouchPrepared
-		a.issuing = 0
+		a.issuing, a.nextvals = 0, 0
 		own := a.scanParamsAndCalls(raw)
 		a.noSlots = before != 0 || own != 0
 		a.p.Touches |= own
@@ -75,8 +76,9 @@ func analyze(sql string) (p *plan.Plan) {
 		// the statement runs: later statements of the string keep theirs
 		// too (their values would be generated before the shim's), and the
 		// session fences afterwards (plan.TouchShim).
-		if a.issuing > a.nextvalEdits()-slots {
+		if made := a.nextvalEdits() - slots; a.issuing > made {
 			a.p.Touches |= plan.TouchShim
+			a.p.ShimCalls = a.p.ShimCalls || a.nextvals > made
 		}
 	}
 	return a.finish()

@@ -175,6 +175,7 @@ type planViewT struct {
 	Statements    []plan.Statement `json:",omitempty"`
 	MaxParam      int              `json:",omitempty"`
 	Touches       []string         `json:",omitempty"`
+	ShimCalls     bool             `json:",omitempty"`
 	Inserts       []plan.Insert    `json:",omitempty"`
 	PlainInsert   bool             `json:",omitempty"`
 	Deallocate    string           `json:",omitempty"`
@@ -186,7 +187,7 @@ func planView(p *plan.Plan) planViewT {
 		return planViewT{Passthrough: true}
 	}
 	v := planViewT{Local: p.Local, Statements: p.Statements, MaxParam: p.MaxParam,
-		Deallocate: p.Deallocate, DeallocateAll: p.DeallocateAll}
+		Deallocate: p.Deallocate, DeallocateAll: p.DeallocateAll, ShimCalls: p.ShimCalls}
 	for _, tn := range touchNames {
 		if p.Touches&tn.t != 0 {
 			v.Touches = append(v.Touches, tn.name)

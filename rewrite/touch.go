@@ -128,7 +128,10 @@ func (a *analyzer) scanParamsAndCalls(raw *pg_query.RawStmt) plan.Touch {
 			}
 			a.routeNodeCall(x, name)
 			switch snowflakeFunc(x) {
-			case "nextval", "convert_sequence_to_snowflake":
+			case "nextval":
+				a.issuing++
+				a.nextvals++
+			case "convert_sequence_to_snowflake":
 				a.issuing++
 			}
 		}

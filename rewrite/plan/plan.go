@@ -134,6 +134,11 @@ type Plan struct {
 	MaxParam int
 	// Touches lists what the string may change.
 	Touches Touch
+	// ShimCalls is set when the text keeps snowflake.nextval calls that
+	// did not become slots (evaluated per row, or after a statement that
+	// changes what they depend on): the server's shim issues their IDs.
+	// The session counts such statements as fast-path fallbacks.
+	ShimCalls bool
 	// Inserts is non-nil when the string has INSERT ... VALUES statements
 	// whose column defaults the session may fill (insert.go).
 	Inserts *Inserts
