@@ -181,6 +181,7 @@ func (a *allocator) await(ctx context.Context, need int64) error {
 	if err != nil {
 		return err
 	}
+	a.g.stats.waits.Add(1)
 	select {
 	case <-r.done:
 		return r.err
@@ -226,6 +227,7 @@ func (a *allocator) renew(r *renewal) {
 	fence := a.fenceWant.Load()
 	began := a.g.clock.NowMs()
 	err := a.lease(a.g.ctx, r.need, fence != a.fenceDone.Load())
+	a.g.stats.renewals.Add(1)
 	if err == nil {
 		for {
 			done := a.fenceDone.Load()
@@ -235,6 +237,7 @@ func (a *allocator) renew(r *renewal) {
 		}
 	}
 	if err != nil {
+		a.g.stats.failures.Add(1)
 		now := a.g.clock.NowMs()
 		if took := now - began; took >= slowFailMs {
 			a.failErr.Store(&err)

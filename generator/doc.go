@@ -14,7 +14,8 @@
 //     call, as the extension reads it; allocators are found through a
 //     lock-free table (table.go);
 //   - the lease protocol against a LeaseStore (api.go), with an in-memory
-//     store for tests and benchmarks (memstore.go).
+//     store for tests and benchmarks (memstore.go), and its counters for
+//     metrics (stats.go: renewals, failures, callers that waited).
 //
 // The package does no I/O of its own: durability lives behind LeaseStore,
 // which package compat implements against PostgreSQL. Time comes from a

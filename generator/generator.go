@@ -60,6 +60,8 @@ type Generator struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // running renewals
+
+	stats leaseCounters // stats.go
 }
 
 // New validates cfg and returns a Generator. It does not contact the store:
