@@ -68,28 +68,31 @@ func (p *clientPump) checkEpoch() uint64 {
 // session knows them. hiddenOK says whether a hidden query may run now to
 // learn about unknown targets.
 //
-// shim tells whether the server may fill snowflake defaults of pl in its
-// shim because the session does not know every target (ids.go fences
-// after such statements). It goes with the template: whoever keeps one
-// keeps both.
-func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Template, shim bool) {
+// shim, when not 0, says that the server may fill snowflake defaults of pl
+// in its shim because the session does not know every target, and why
+// (ids.go fences after such statements; Stats.Fallbacks counts them). It
+// goes with the template: whoever keeps one keeps both.
+func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Template, shim Fallback) {
 	ss := (*session)(p)
 	if pl.Inserts == nil {
-		return pl.Template, false
+		return pl.Template, 0
 	}
 	if ss.cfg.Snowflakes == nil {
-		return pl.Template, true
+		return pl.Template, FallbackDisabled
 	}
 	safe, status := p.state()
 	m := &p.mirror
 	if m.relsTx && status == 'I' {
 		m.dropRels()
 	}
-	if p.checkEpoch() == 0 || status == 'E' {
-		return pl.Template, true
+	if status == 'E' {
+		return pl.Template, FallbackFailedTransaction
+	}
+	if p.checkEpoch() == 0 {
+		return pl.Template, FallbackCatalogUnwatched
 	}
 	if cached, ok := m.tmpls[pl]; ok {
-		return cached, false
+		return cached, 0
 	}
 	targets := pl.Inserts.Targets
 	var missing []string
@@ -101,7 +104,7 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Templ
 	if len(missing) > 0 && safe && hiddenOK {
 		if ss.inLoop.Load() {
 			p.wouldWait = true // a hidden query waits for the server
-			return pl.Template, true
+			return pl.Template, FallbackStateUnknown
 		}
 		p.refresh(nil, missing)
 		if status == 'T' && m.isolation != "read committed" {
@@ -115,11 +118,16 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Templ
 		}
 	}
 	defs := make([][]plan.ColumnDefault, len(targets))
-	cacheable := true
 	for i := range targets {
 		info, ok := m.rels[targets[i].Rel]
-		if !ok || info.skip {
-			cacheable = false
+		switch {
+		case !ok:
+			shim = FallbackStateUnknown
+			continue
+		case info.skip:
+			if shim == 0 {
+				shim = FallbackRepeatableRead
+			}
 			continue
 		}
 		defs[i] = info.defs
@@ -128,13 +136,13 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Templ
 	if t == nil {
 		t = pl.Template
 	}
-	if cacheable {
+	if shim == 0 {
 		if m.tmpls == nil || len(m.tmpls) >= maxTemplates {
 			m.tmpls = map[*plan.Plan]*plan.Template{}
 		}
 		m.tmpls[pl] = t
 	}
-	return t, !cacheable
+	return t, shim
 }
 
 // relColumn is the hidden query's column for one target name: NULL unless

@@ -34,7 +34,8 @@
 //   - simple.go, extended.go: the two query protocols; queue.go: the FIFO
 //     of responses owed to the client; ids.go, mirror.go: generated values
 //     and the session state they depend on; local.go, extlocal.go: answers
-//     the proxy gives without the server; errors.go: typed errors and SQLSTATEs.
+//     the proxy gives without the server; errors.go: typed errors and SQLSTATEs;
+//     fallback.go: why IDs went to the shim instead (Stats.Fallbacks).
 //
 // # Session lifecycle
 //
@@ -183,6 +184,9 @@
 // of error and the SQLSTATE the client was told; Stats counts sessions,
 // errors by kind (too_many_clients, idle_timeout and shutdown among them),
 // retried accepts, cancels (forwarded, and sent for statements left
-// running), local answers, hidden queries and fast-path IDs (LocalIDs: those
-// sent in local answers). internal/admin serves them as Prometheus metrics.
+// running), local answers, hidden queries, fast-path IDs (LocalIDs: those
+// sent in local answers) and fallbacks to the shim by reason, counted once
+// per Query or Bind where the session decides (simple.go, extended.go).
+// Config.ObserveDial times each connection attempt to the upstream.
+// internal/admin serves them as Prometheus metrics.
 package wire

@@ -19,9 +19,10 @@ type stmtRec struct {
 	// it again when the defaults change (reprepare.go).
 	gen   uint64
 	types []byte
-	// shimDefaults: snowflake defaults of the INSERT may run in the
-	// server's shim (targets unknown when the template was chosen).
-	shimDefaults bool
+	// shimDefaults, when not 0: snowflake defaults of the INSERT may run
+	// in the server's shim (targets unknown when the template was
+	// chosen), and why.
+	shimDefaults Fallback
 	// parsed: the server confirmed the Parse of this record with
 	// ParseComplete (guarded by session.mu; set by the server pump).
 	parsed bool
@@ -175,6 +176,9 @@ func (p *clientPump) bind() error {
 		}
 	}
 	if rec == nil || rec.ids == 0 {
+		if rec != nil {
+			ss.srv.countFallback(p.executionFallback(rec.shimDefaults, false, rec.pl))
+		}
 		p.push(owed{kind: owedBind})
 		return ss.cr.pass(ss.sw)
 	}
@@ -209,7 +213,8 @@ func (p *clientPump) bind() error {
 		p.setPortal(portal, prevPortal, portalWasLive)
 		return errHandover
 	}
-	p.noteShimSlots(rec.t)
+	left := p.noteShimSlots(rec.t)
+	ss.srv.countFallback(p.executionFallback(rec.shimDefaults, left, rec.pl))
 	if allValid && rec.pl.Local != nil && len(portal) == 0 {
 		if done, err := p.bindLocally(rec, rest, nf, pos, np, end, portalWasLive); done || err != nil {
 			return err
@@ -327,7 +332,7 @@ func (p *clientPump) execute() error {
 		if rec := p.portal(name); rec != nil {
 			o.stmts = rec.pl.Statements
 			p.effects(rec.pl)
-			if rec.shimDefaults {
+			if rec.shimDefaults != 0 {
 				p.markShim()
 			}
 		}

@@ -70,7 +70,7 @@ func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int
 	ss := (*session)(p)
 	pl := rec.pl
 	m := &p.mirror
-	if pl.Local == nil || rec.t != pl.Template || rec.shimDefaults || rec.base != 0 || np != 0 || nf > 1 ||
+	if pl.Local == nil || rec.t != pl.Template || rec.shimDefaults != 0 || rec.base != 0 || np != 0 || nf > 1 ||
 		pl.Touches != 0 || len(pl.Statements) != 1 || pl.Statements[0].Tag != "" ||
 		!m.fresh || m.readOnly || len(pl.Local.Columns) != len(p.vals) || !ss.cr.peeked {
 		return false, nil

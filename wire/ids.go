@@ -14,6 +14,8 @@ import (
 // mirror is stale. It reports whether every ID slot got a value, and false
 // for ok when an extension slot has no SQL (forward the original text).
 // Without generate only the mirror and the extension SQL are prepared.
+// slotFallback is why a Nextval slot was left to the shim (0 when none
+// was refused).
 func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid, ok bool) {
 	ss := (*session)(p)
 	if cap(p.vals) < len(t.Slots) {
@@ -22,6 +24,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	p.vals = p.vals[:len(t.Slots)]
 	clear(p.vals)
 	p.fastIDs = 0
+	p.slotFallback = 0
 	ids := 0
 	for i := range t.Slots {
 		s := &t.Slots[i]
@@ -43,10 +46,12 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		return true, true
 	}
 	if ss.cfg.Snowflakes == nil {
+		p.slotFallback = FallbackDisabled
 		return false, true
 	}
 	safe, status := p.state()
 	if status == 'E' {
+		p.slotFallback = FallbackFailedTransaction
 		return false, true // the server gives its own 25P02
 	}
 	p.checkEpoch()
@@ -69,7 +74,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	if !generate {
 		return false, true
 	}
-	quiet := p.fence()
+	busy := p.fence()
 	// The Nextval slots the fast path serves are issued together, as the
 	// calls of one statement at one instant (regression: one clock reading
 	// and one lease check per call let the ms move between the calls of a
@@ -82,16 +87,21 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 			continue
 		}
 		info, known := m.seqs[s.Seq]
-		if known && m.fresh && m.shim && info.oid != 0 && quiet && info.usable && !m.readOnly && m.node >= 1 && m.node <= 1023 {
-			reqs = append(reqs, generator.Request{Seq: info.oid, Inc: info.inc})
-			p.vals[i].Valid = true
+		if f := m.refusal(info, known, busy); f != 0 {
+			if p.slotFallback == 0 {
+				p.slotFallback = f
+			}
+			continue
 		}
+		reqs = append(reqs, generator.Request{Seq: info.oid, Inc: info.inc})
+		p.vals[i].Valid = true
 	}
 	m.reqs = reqs
 	if len(reqs) > 0 {
 		ok, err := p.nextvals(reqs, m.node)
 		if err != nil {
 			ss.log.Debug("fast path refused", logError, err)
+			p.slotFallback = ss.fallbackOf(err)
 		}
 		if !ok {
 			for i := range p.vals {
@@ -133,6 +143,27 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	return allValid, true
 }
 
+// refusal is why the fast path may not serve a Nextval slot of sequence
+// info (known: the session resolved its name), or 0 when it may; busy is
+// fence's answer.
+func (m *mirror) refusal(info seqInfo, known bool, busy Fallback) Fallback {
+	switch {
+	case !known || !m.fresh:
+		return FallbackStateUnknown
+	case !m.shim:
+		return FallbackNoShim
+	case m.node < 1 || m.node > 1023:
+		return FallbackNoNode
+	case m.readOnly:
+		return FallbackReadOnly
+	case info.oid == 0:
+		return FallbackNotSequence
+	case !info.usable:
+		return FallbackNoUsage
+	}
+	return busy
+}
+
 // nextvals issues the fast-path IDs of one execution; on the event loop's
 // thread it never waits, and sets wouldWait instead when it would have to
 // (nothing is issued then). ok is false when the fast path refused them.
@@ -162,19 +193,20 @@ func (p *clientPump) mustWait() bool {
 const touchFence = plan.TouchShim | plan.TouchSequence
 
 // fence applies what statements that may have issued IDs outside the fast
-// path require: while one still runs, no fast-path ID (false: leave Nextval
-// slots to the shim, which issues in execution order; a Currval hint stays
-// right, the shim's values being the larger ones); once answered,
-// Snowflakes.Fence, so the next fast-path ID is above theirs (and, after a
-// setval or ALTER SEQUENCE, above the sequence's last_value).
+// path require: while one still runs, no fast-path ID (FallbackShimRunning:
+// leave Nextval slots to the shim, which issues in execution order; a
+// Currval hint stays right, the shim's values being the larger ones); once
+// answered, Snowflakes.Fence, so the next fast-path ID is above theirs
+// (and, after a setval or ALTER SEQUENCE, above the sequence's last_value).
 //
-// It also returns false inside a transaction block that ran DDL or set a
-// sequence: ALTER SEQUENCE, TRUNCATE ... RESTART IDENTITY and DROP hold
-// locks on the sequence until the transaction ends, and a lease taken on
-// a control connection would wait for them while the session waits for
-// the lease (regression: BEGIN; ALTER SEQUENCE s INCREMENT 100; SELECT
-// snowflake.nextval('s') hung). The shim issues in the session itself.
-func (p *clientPump) fence() bool {
+// It also refuses, with FallbackDDLInTransaction, inside a transaction
+// block that ran DDL or set a sequence: ALTER SEQUENCE, TRUNCATE ...
+// RESTART IDENTITY and DROP hold locks on the sequence until the
+// transaction ends, and a lease taken on a control connection would wait
+// for them while the session waits for the lease (regression: BEGIN; ALTER
+// SEQUENCE s INCREMENT 100; SELECT snowflake.nextval('s') hung). The shim
+// issues in the session itself.
+func (p *clientPump) fence() Fallback {
 	ss := (*session)(p)
 	ss.mu.Lock()
 	busy, due := ss.shimBusy, ss.fenceDue
@@ -184,7 +216,13 @@ func (p *clientPump) fence() bool {
 	if due != 0 {
 		ss.cfg.Snowflakes.Fence(ss.db, 0)
 	}
-	return busy == 0 && !locks
+	switch {
+	case busy != 0:
+		return FallbackShimRunning
+	case locks:
+		return FallbackDDLInTransaction
+	}
+	return 0
 }
 
 // markShim records that a statement about to be forwarded may issue IDs in
@@ -200,14 +238,15 @@ func (p *clientPump) markShim() {
 // call or an INSERT default) got no fast-path value: the server's shim
 // issues that ID (regression: a fast-path refusal, e.g. a lease still
 // pending, sent one call to the shim and the next fast-path ID came out
-// below it).
-func (p *clientPump) noteShimSlots(t *plan.Template) {
+// below it). It reports whether it did.
+func (p *clientPump) noteShimSlots(t *plan.Template) bool {
 	for i := range t.Slots {
 		if t.Slots[i].Op == plan.Nextval && !p.vals[i].Valid {
 			p.markShim()
-			return
+			return true
 		}
 	}
+	return false
 }
 
 func contains(list []string, s string) bool {

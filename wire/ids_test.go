@@ -113,3 +113,45 @@ func TestValuesAllocateNothing(t *testing.T) {
 		t.Fatalf("%v allocations per execution, want 0", n)
 	}
 }
+
+// Each refusal of the fast path names its reason (Stats.Fallbacks): the
+// first check that fails, in the order values applies them.
+func TestValuesNameTheFallback(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(p *clientPump, f *fakeSnowflakes)
+		want  Fallback
+	}{
+		{"served", func(*clientPump, *fakeSnowflakes) {}, 0},
+		{"failed transaction", func(p *clientPump, _ *fakeSnowflakes) { (*session)(p).txStatus = 'E' }, FallbackFailedTransaction},
+		{"stale mirror", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.fresh = false }, FallbackStateUnknown},
+		{"unknown name", func(p *clientPump, _ *fakeSnowflakes) { delete(p.mirror.seqs, "s") }, FallbackStateUnknown},
+		{"no shim", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.shim = false }, FallbackNoShim},
+		{"no node", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.node = 0 }, FallbackNoNode},
+		{"read only", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.readOnly = true }, FallbackReadOnly},
+		{"not a sequence", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.seqs["s"] = seqInfo{} }, FallbackNotSequence},
+		{"no usage", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.seqs["s"] = seqInfo{oid: 16384, inc: 1} }, FallbackNoUsage},
+		{"shim statement running", func(p *clientPump, _ *fakeSnowflakes) { (*session)(p).shimBusy = plan.TouchShim }, FallbackShimRunning},
+		{"DDL in the transaction", func(p *clientPump, _ *fakeSnowflakes) {
+			ss := (*session)(p)
+			ss.txStatus, ss.pending = 'T', plan.TouchCatalog
+		}, FallbackDDLInTransaction},
+		// The fake classifies nothing: a refusal of Snowflakes counts as a
+		// failed lease.
+		{"refused by Snowflakes", func(_ *clientPump, f *fakeSnowflakes) { f.fail.Store(true) }, FallbackLeaseFailed},
+		{"no Snowflakes", func(p *clientPump, _ *fakeSnowflakes) { (*session)(p).cfg.Snowflakes = nil }, FallbackDisabled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeSnowflakes{}
+			p, tmpl := idSession(f)
+			tc.setup(p, f)
+			allValid, _ := p.values(tmpl, false, true)
+			if allValid != (tc.want == 0) || p.slotFallback != tc.want {
+				t.Fatalf("allValid %v, fallback %v; want %v", allValid, p.slotFallback, tc.want)
+			}
+			if got := p.executionFallback(0, p.noteShimSlots(tmpl), nil); got != tc.want {
+				t.Fatalf("execution fallback %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -35,7 +35,7 @@ type mirror struct {
 
 // seqInfo is how a sequence name resolves in the session.
 type seqInfo struct {
-	oid    uint32 // 0: not a relation
+	oid    uint32 // 0: not a sequence
 	usable bool   // a sequence the current role may use (USAGE or UPDATE)
 	// inc is pg_sequence.seqincrement as the session sees it, its own
 	// uncommitted ALTER SEQUENCE included: the extension reads it on every
@@ -147,7 +147,10 @@ func (m *mirror) apply(row []*string, names, rels []string) bool {
 		c := hqFixed + len(seqCols)*i
 		oid, _ := strconv.ParseUint(get(c), 10, 32)
 		inc, err := strconv.ParseInt(get(c+3), 10, 64)
-		m.seqs[name] = seqInfo{oid: uint32(oid), usable: get(c+1) == "S" && get(c+2) == "t" && err == nil, inc: inc}
+		if get(c+1) != "S" {
+			oid = 0 // a relation, but no sequence: nothing to serve
+		}
+		m.seqs[name] = seqInfo{oid: uint32(oid), usable: oid != 0 && get(c+2) == "t" && err == nil, inc: inc}
 	}
 	for i, name := range rels {
 		if !m.applyRel(name, row[hqFixed+len(seqCols)*len(names)+i]) {

@@ -46,6 +46,11 @@ type Config struct {
 	MaxMessageSize int
 	// DialTimeout bounds connecting to the upstream. 0: 10s.
 	DialTimeout time.Duration
+	// ObserveDial, if not nil, is told how long each connection attempt
+	// to the upstream took (TCP, and TLS when the attempt uses it), for
+	// sessions and cancel requests alike, and its error (nil: connected).
+	// It runs on the dialing goroutine and must not block.
+	ObserveDial func(took time.Duration, err error)
 	// HandshakeTimeout bounds startup, TLS and authentication. 0: 30s.
 	HandshakeTimeout time.Duration
 	// IdleClientTimeout ends a session whose client has sent nothing for
@@ -107,6 +112,9 @@ type Stats struct {
 	// still running when its session ended (lifecycle.go).
 	EndCancels uint64
 	Errors     map[string]uint64 // session errors by Kind name
+	// Fallbacks counts statement executions whose IDs the server's shim
+	// issued instead of the fast path, by Fallback name (fallback.go).
+	Fallbacks map[string]uint64
 }
 
 // Server accepts client connections and runs a session for each.
@@ -144,6 +152,7 @@ type Server struct {
 		acceptErrors, endCancels               atomic.Uint64
 		active                                 atomic.Int64
 		errors                                 [numKinds]atomic.Uint64
+		fallbacks                              [numFallbacks]atomic.Uint64
 	}
 }
 
@@ -306,11 +315,16 @@ func (s *Server) Stats() Stats {
 		HiddenQueries: s.stats.hidden.Load(), FastIDs: s.stats.fast.Load(),
 		LoopEntries: s.stats.loopIn.Load(), Handovers: s.stats.handovers.Load(),
 		PreparedInserts: s.stats.preparedInserts.Load(), AcceptErrors: s.stats.acceptErrors.Load(),
-		EndCancels: s.stats.endCancels.Load(), Errors: map[string]uint64{},
+		EndCancels: s.stats.endCancels.Load(), Errors: map[string]uint64{}, Fallbacks: map[string]uint64{},
 	}
 	for k := Kind(1); k < numKinds; k++ {
 		if n := s.stats.errors[k].Load(); n > 0 {
 			st.Errors[k.String()] = n
+		}
+	}
+	for f := Fallback(1); f < numFallbacks; f++ {
+		if n := s.stats.fallbacks[f].Load(); n > 0 {
+			st.Fallbacks[f.String()] = n
 		}
 	}
 	return st

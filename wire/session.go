@@ -112,6 +112,9 @@ type session struct {
 	// fastIDs is how many of vals the fast path issued (ids.go), so that
 	// a local answer can count them in Stats.LocalIDs.
 	fastIDs int
+	// slotFallback is why values (ids.go) left the first Nextval slot of
+	// the last execution unfilled, for Stats.Fallbacks.
+	slotFallback Fallback
 	// Simple-protocol INSERTs prepared by the session (simpleprep.go):
 	// by text with parameters, the texts seen once (hashes), the last
 	// number used in their names, and scratch for the text.

@@ -29,10 +29,11 @@ func (p *clientPump) query() error {
 	if p.mustWait() {
 		return errHandover
 	}
-	if shim {
+	if shim != 0 {
 		p.markShim()
 	}
 	if t == nil {
+		ss.srv.countFallback(p.executionFallback(shim, false, pl))
 		p.push(owed{kind: owedQuery, stmts: pl.Statements})
 		p.forwardedQuery(pl)
 		return ss.cr.pass(ss.sw)
@@ -41,7 +42,7 @@ func (p *clientPump) query() error {
 	if p.mustWait() {
 		return errHandover
 	}
-	p.noteShimSlots(t)
+	ss.srv.countFallback(p.executionFallback(shim, p.noteShimSlots(t), pl))
 	if !ok {
 		// No SQL for an extension slot: the server answers the original.
 		p.push(owed{kind: owedQuery})

@@ -106,6 +106,10 @@ var errTLSDeclined = errors.New("TLS with the server not established")
 // ctx. plain reports a preferred TLS attempt that the server declined
 // and that continues in plaintext on the same connection.
 func (s *Server) dialServer(ctx context.Context, a tlsAttempt) (c net.Conn, plain bool, err error) {
+	if obs := s.cfg.ObserveDial; obs != nil {
+		start := time.Now()
+		defer func() { obs(time.Since(start), err) }()
+	}
 	u := &s.cfg.Upstream
 	raw, err := s.cfg.Dial(ctx, u.Network, u.Address)
 	if err != nil {
