@@ -87,6 +87,19 @@ func (s *Service) CatalogEpoch(database string) uint64 {
 	return 0
 }
 
+// CatalogWatches returns, for each database whose watch was started (at
+// the first CatalogEpoch there), whether it is armed: DDL made elsewhere
+// is seen there, and sessions take INSERT defaults on the fast path. It
+// never waits, for metrics.
+func (s *Service) CatalogWatches() map[string]bool {
+	out := map[string]bool{}
+	s.watches.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*catalogWatch).cur.Load() != 0
+		return true
+	})
+	return out
+}
+
 func (s *Service) startWatch(database string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

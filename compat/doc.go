@@ -22,7 +22,9 @@
 //     claimstate.go gives its state per database (Service.Claims) to
 //     health checks and metrics.
 //
-// Service (service.go) ties them together and implements wire.Snowflakes.
+// Service (service.go) ties them together and implements wire.Snowflakes
+// and wire.FallbackClassifier (why the fast path refused, for metrics);
+// LeaseStats and CatalogWatches (catalog_epoch.go) report to metrics.
 //
 // The state model shared by the shim and the Go generator is described in
 // docs/state-model.md and at the top of sql/functions.sql: the sequence's

@@ -12,6 +12,7 @@ import (
 
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire"
 )
 
 // Defaults of Config's zero values.
@@ -145,7 +146,7 @@ func (s *Service) NextvalBatch(ctx context.Context, database string, node int, r
 			return err
 		}
 		if err := c.check(ctx); err != nil {
-			return err
+			return claimError{err}
 		}
 	}
 	if err := s.gen.NextBatch(ctx, database, node, reqs); err != nil {
@@ -163,8 +164,10 @@ func (s *Service) TryNextvalBatch(database string, node int, reqs []generator.Re
 		if err != nil {
 			return false, err
 		}
-		if done, err := c.settled(); !done || err != nil {
-			return false, err
+		if done, err := c.settled(); err != nil {
+			return false, claimError{err}
+		} else if !done {
+			return false, nil
 		}
 	}
 	ok, err := s.gen.TryNextBatch(database, node, reqs)
@@ -173,6 +176,32 @@ func (s *Service) TryNextvalBatch(database string, node int, reqs []generator.Re
 	}
 	return ok, nil
 }
+
+// claimError marks a refusal of NextvalBatch because the node claim is not
+// held, for FallbackOf; its text is the claim's.
+type claimError struct{ err error }
+
+func (e claimError) Error() string { return e.err.Error() }
+func (e claimError) Unwrap() error { return e.err }
+
+// FallbackOf implements wire.FallbackClassifier: why NextvalBatch or
+// TryNextvalBatch refused, for the fast-path fallback metrics.
+func (s *Service) FallbackOf(err error) wire.Fallback {
+	var ce claimError
+	switch {
+	case errors.Is(err, ErrNodeClaimed):
+		return wire.FallbackNodeConflict
+	case errors.Is(err, ErrNoShim):
+		return wire.FallbackNoShim
+	case errors.As(err, &ce):
+		return wire.FallbackNodeClaim
+	}
+	return wire.FallbackLeaseFailed
+}
+
+// LeaseStats returns the generator's lease counters (renewals, failures,
+// callers that waited), for metrics.
+func (s *Service) LeaseStats() generator.LeaseStats { return s.gen.LeaseStats() }
 
 // Fence implements wire.Snowflakes: the next fast-path ID of every
 // sequence of database (of seq only, when not 0) comes from a fresh lease,

@@ -23,7 +23,6 @@ const (
 	FallbackDDLInTransaction                      // the transaction block ran DDL or set a sequence
 	FallbackNodeConflict                          // another live proxy holds the node on the database
 	FallbackNodeClaim                             // the node claim is not held for another reason
-	FallbackLeasePending                          // the first lease waits for transactions older than its state
 	FallbackLeaseFailed                           // the lease could not be taken
 	FallbackCatalogUnwatched                      // DDL made elsewhere cannot be seen: INSERT defaults stay with the server
 	FallbackRepeatableRead                        // INSERT defaults read in a REPEATABLE READ or SERIALIZABLE snapshot are not used
@@ -33,7 +32,7 @@ const (
 )
 
 var fallbackNames = [numFallbacks]string{"", "failed_transaction", "read_only", "no_node", "no_shim", "no_usage", "not_a_sequence",
-	"state_unknown", "shim_running", "ddl_in_transaction", "node_conflict", "node_claim", "lease_pending", "lease_failed",
+	"state_unknown", "shim_running", "ddl_in_transaction", "node_conflict", "node_claim", "lease_failed",
 	"catalog_unwatched", "repeatable_read", "parse_declined", "disabled"}
 
 func (f Fallback) String() string {
