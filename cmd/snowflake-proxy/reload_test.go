@@ -22,9 +22,16 @@ import (
 func startMain(t *testing.T, m *Main, out, errOut *pgtest.SyncBuffer, args ...string) (addr string, stop func()) {
 	t.Helper()
 	srv := pgtest.Shared(t)
+	return runMain(t, m, out, errOut, append([]string{"--listen", "127.0.0.1:0", "--upstream", srv.URL("postgres")}, args...)...)
+}
+
+// runMain runs the command with args until its ready line and returns the
+// address it listens on and a function that stops it (SIGTERM, exit 0).
+func runMain(t *testing.T, m *Main, out, errOut *pgtest.SyncBuffer, args ...string) (addr string, stop func()) {
+	t.Helper()
 	done := make(chan int, 1)
 	go func() {
-		done <- m.Run(context.Background(), append([]string{"--listen", "127.0.0.1:0", "--upstream", srv.URL("postgres")}, args...))
+		done <- m.Run(context.Background(), args)
 	}()
 	for deadline := time.Now().Add(60 * time.Second); addr == "" && time.Now().Before(deadline); {
 		select {

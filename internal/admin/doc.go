@@ -4,14 +4,16 @@
 // (Listen) before anything else starts, and serves it once the proxy runs.
 // Its tests are internal/app's TestAdmin*: they need a running proxy.
 //
-// The metrics read the counters wire and compat already keep, at scrape
-// time, through a private prometheus.Registry: serving them adds no cost
-// on the relay path.
+// The metrics read the counters wire, compat and the generator already
+// keep, at scrape time, through a private prometheus.Registry: serving them
+// adds no cost on the relay path. The one histogram, upstream dial times
+// (Dials), is observed per connection attempt, never per message.
 //
 // Files:
 //
 //   - server.go: Config, Listen, Serve (the HTTP server and its routes),
 //     Close.
-//   - metrics.go: the collector over wire.Server.Stats and the node claims.
+//   - metrics.go: the collector over wire.Server.Stats, the lease
+//     counters, the node claims and the catalog watches; Dials.
 //   - ready.go: /readyz, its checks and the cached upstream check.
 package admin

@@ -3,10 +3,12 @@ package admin
 import (
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/snowflake-proxy/snowflake-proxy/compat"
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/wire"
 )
 
@@ -22,25 +24,35 @@ func newCounter(name, help string, get func(*wire.Stats) uint64) counter {
 	return counter{prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, nil, nil), get}
 }
 
-// collector reads wire.Stats once per scrape and the node claims: the
-// counters stay the atomics wire keeps, with no metric updated per message.
+// collector reads wire.Stats, the lease counters, the node claims and the
+// catalog watches once per scrape: the counters stay the atomics wire and
+// the generator keep, with no metric updated per message.
 type collector struct {
-	stats    func() wire.Stats
-	claims   func() map[string]compat.ClaimState
-	counters []counter
-	active   *prometheus.Desc
-	errors   *prometheus.Desc
-	claim    *prometheus.Desc
-	ids      *prometheus.Desc
+	stats     func() wire.Stats
+	claims    func() map[string]compat.ClaimState
+	leases    func() generator.LeaseStats
+	watches   func() map[string]bool
+	counters  []counter
+	active    *prometheus.Desc
+	errors    *prometheus.Desc
+	claim     *prometheus.Desc
+	ids       *prometheus.Desc
+	fallbacks *prometheus.Desc
+	renewals  *prometheus.Desc
+	failures  *prometheus.Desc
+	waits     *prometheus.Desc
+	watch     *prometheus.Desc
 
 	mu       sync.Mutex
 	injected uint64 // the last injected IDs shown: never less (Collect)
 }
 
-func newCollector(stats func() wire.Stats, claims func() map[string]compat.ClaimState) *collector {
+func newCollector(cfg Config) *collector {
 	return &collector{
-		stats:  stats,
-		claims: claims,
+		stats:   cfg.Stats,
+		claims:  cfg.Claims,
+		leases:  cfg.Leases,
+		watches: cfg.CatalogWatches,
 		counters: []counter{
 			newCounter("sessions_total", "Client sessions accepted.", func(s *wire.Stats) uint64 { return s.Sessions }),
 			newCounter("sessions_ended_total", "Client sessions that have ended.", func(s *wire.Stats) uint64 {
@@ -66,6 +78,14 @@ func newCollector(stats func() wire.Stats, claims func() map[string]compat.Claim
 			[]string{"path"}, nil),
 		claim: prometheus.NewDesc(namespace+"_node_claim", "State of this proxy's node claim per database: 1 for the current state (held, pending, conflict or error).",
 			[]string{"database", "state"}, nil),
+		fallbacks: prometheus.NewDesc(namespace+"_fastpath_fallbacks_total", "Statement executions whose snowflake IDs the server's shim issued instead of the fast path, by reason. "+
+			"An INSERT whose targets' defaults the proxy could not learn counts too, snowflake defaults or not.",
+			[]string{"reason"}, nil),
+		renewals: prometheus.NewDesc(namespace+"_lease_renewals_total", "Leases of ID positions the fast path asked of the upstream.", nil, nil),
+		failures: prometheus.NewDesc(namespace+"_lease_failures_total", "Lease requests that failed.", nil, nil),
+		waits:    prometheus.NewDesc(namespace+"_lease_waits_total", "Fast-path calls that waited for a lease (a sequence's first, a lease used up, a fence after shim IDs).", nil, nil),
+		watch: prometheus.NewDesc(namespace+"_catalog_watch", "Catalog watch per database: 1 when DDL made elsewhere is seen (event triggers and LISTEN), so INSERT defaults take the fast path; 0 when not.",
+			[]string{"database"}, nil),
 	}
 }
 
@@ -77,6 +97,11 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.errors
 	ch <- c.claim
 	ch <- c.ids
+	ch <- c.fallbacks
+	ch <- c.renewals
+	ch <- c.failures
+	ch <- c.waits
+	ch <- c.watch
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -90,18 +115,40 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, kind := range wire.KindNames() {
 		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(st.Errors[kind]), kind)
 	}
-	if c.claims == nil {
-		return
+	for _, reason := range wire.FallbackNames() {
+		ch <- prometheus.MustNewConstMetric(c.fallbacks, prometheus.CounterValue, float64(st.Fallbacks[reason]), reason)
 	}
-	claims := c.claims()
-	dbs := make([]string, 0, len(claims))
-	for db := range claims {
-		dbs = append(dbs, db)
+	if c.leases != nil {
+		ls := c.leases()
+		ch <- prometheus.MustNewConstMetric(c.renewals, prometheus.CounterValue, float64(ls.Renewals))
+		ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(ls.Failures))
+		ch <- prometheus.MustNewConstMetric(c.waits, prometheus.CounterValue, float64(ls.Waits))
 	}
-	sort.Strings(dbs)
-	for _, db := range dbs {
-		ch <- prometheus.MustNewConstMetric(c.claim, prometheus.GaugeValue, 1, db, claimStateName(claims[db]))
+	if c.watches != nil {
+		watches := c.watches()
+		for _, db := range sortedKeys(watches) {
+			v := 0.0
+			if watches[db] {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.watch, prometheus.GaugeValue, v, db)
+		}
 	}
+	if c.claims != nil {
+		claims := c.claims()
+		for _, db := range sortedKeys(claims) {
+			ch <- prometheus.MustNewConstMetric(c.claim, prometheus.GaugeValue, 1, db, claimStateName(claims[db]))
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func claimStateName(st compat.ClaimState) string {
@@ -128,4 +175,33 @@ func (c *collector) injectedIDs(st *wire.Stats) uint64 {
 		c.injected = max(c.injected, st.FastIDs-st.LocalIDs)
 	}
 	return c.injected
+}
+
+// Dials is the histogram of upstream connection attempts (wire's
+// Config.ObserveDial): made before the wire server, which observes into
+// it, and registered by Serve. Dials are per session, not per message.
+type Dials struct{ h *prometheus.HistogramVec }
+
+// NewDials returns an empty histogram, with both results shown from the
+// start.
+func NewDials() *Dials {
+	d := &Dials{h: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "upstream_dial_seconds",
+		Help: "Time to open a connection to the upstream (TCP, and TLS when used), for sessions and cancel requests, by result (ok or error).",
+		// From a local socket to a TLS handshake across regions, up to
+		// the default --dial-timeout.
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"result"})}
+	d.h.WithLabelValues("ok")
+	d.h.WithLabelValues("error")
+	return d
+}
+
+// Observe records one attempt: wire.Config.ObserveDial.
+func (d *Dials) Observe(took time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	d.h.WithLabelValues(result).Observe(took.Seconds())
 }

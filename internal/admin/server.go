@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/snowflake-proxy/snowflake-proxy/compat"
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/wire"
 )
 
@@ -24,6 +25,15 @@ type Config struct {
 	Stats func() wire.Stats
 	// Claims returns the node claim per database (compat.Service.Claims).
 	Claims func() map[string]compat.ClaimState
+	// Leases returns the generator's lease counters
+	// (compat.Service.LeaseStats); nil: not shown.
+	Leases func() generator.LeaseStats
+	// CatalogWatches returns whether each database's catalog watch is
+	// armed (compat.Service.CatalogWatches); nil: not shown.
+	CatalogWatches func() map[string]bool
+	// Dials is the upstream dial histogram the wire server observes into;
+	// nil: not shown.
+	Dials *Dials
 	// Serving returns nil while the proxy accepts clients, else why not.
 	Serving func() error
 	// PingUpstream checks that the upstream answers, within ctx.
@@ -70,8 +80,11 @@ func Serve(ln net.Listener, cfg Config) *Server {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newCollector(cfg.Stats, cfg.Claims),
+		newCollector(cfg),
 	)
+	if cfg.Dials != nil {
+		reg.MustRegister(cfg.Dials.h)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{log}}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

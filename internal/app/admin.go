@@ -30,12 +30,15 @@ func (a *App) startAdmin(ln net.Listener, controlURL string) error {
 	}
 	a.probePool = pool
 	a.admin = admin.Serve(ln, admin.Config{
-		Stats:        a.server.Stats,
-		Claims:       a.services.Claims,
-		Serving:      a.serving,
-		PingUpstream: pool.Ping,
-		Node:         a.cfg.Node,
-		Logger:       a.cfg.Logger,
+		Stats:          a.server.Stats,
+		Claims:         a.services.Claims,
+		Leases:         a.services.LeaseStats,
+		CatalogWatches: a.services.CatalogWatches,
+		Dials:          a.dials,
+		Serving:        a.serving,
+		PingUpstream:   pool.Ping,
+		Node:           a.cfg.Node,
+		Logger:         a.cfg.Logger,
 	})
 	return nil
 }

@@ -10,9 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
@@ -57,57 +54,14 @@ func get(t *testing.T, a *App, path string) (int, string) {
 }
 
 // scrape parses /metrics.
-func scrape(t *testing.T, a *App) map[string]*dto.MetricFamily {
-	t.Helper()
-	code, body := get(t, a, "/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics: %d %s", code, body)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("/metrics does not parse: %v", err)
-	}
-	return mfs
-}
-
-// value is the metric of family name whose labels include labels.
-func value(t *testing.T, mfs map[string]*dto.MetricFamily, name string, labels ...string) float64 {
-	t.Helper()
-	mf := mfs[name]
-	if mf == nil {
-		t.Fatalf("no metric %s", name)
-	}
-next:
-	for _, m := range mf.GetMetric() {
-		for i := 0; i+1 < len(labels); i += 2 {
-			found := false
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-					found = true
-				}
-			}
-			if !found {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue()
-		case m.Gauge != nil:
-			return m.Gauge.GetValue()
-		}
-	}
-	t.Fatalf("no metric %s%v", name, labels)
-	return 0
-}
+func scrape(t *testing.T, a *App) pgtest.Metrics { return pgtest.Scrape(t, a.AdminAddr()) }
 
 // waitMetric polls /metrics until name equals want.
 func waitMetric(t *testing.T, a *App, name string, want float64) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		got := value(t, scrape(t, a), name)
+		got := scrape(t, a).Value(t, name)
 		if got == want {
 			return
 		}
@@ -190,13 +144,13 @@ func TestAdminMetricsCountSessionsAndFastPathIDs(t *testing.T) {
 		{"snowflake_proxy_sessions_total", 2},
 		{"snowflake_proxy_accept_errors_total", 0},
 	} {
-		if d := value(t, after, c.name) - value(t, before, c.name); d != c.want {
+		if d := after.Value(t, c.name) - before.Value(t, c.name); d != c.want {
 			t.Errorf("%s moved by %v, want %v", c.name, d, c.want)
 		}
 	}
 	delta := func(name string, labels ...string) float64 {
 		t.Helper()
-		return value(t, after, name, labels...) - value(t, before, name, labels...)
+		return after.Value(t, name, labels...) - before.Value(t, name, labels...)
 	}
 	local, injected := delta("snowflake_proxy_ids_issued_total", "path", "local"), delta("snowflake_proxy_ids_issued_total", "path", "injected")
 	if local+injected != 5 {
@@ -208,14 +162,14 @@ func TestAdminMetricsCountSessionsAndFastPathIDs(t *testing.T) {
 		t.Errorf("ids_issued_total: %v local, %v injected, %v local answers", local, injected, delta("snowflake_proxy_local_answers_total"))
 	}
 	t.Logf("fast-path IDs: %v local, %v injected", local, injected)
-	if n := value(t, after, "snowflake_proxy_client_sessions"); n != 2 {
+	if n := after.Value(t, "snowflake_proxy_client_sessions"); n != 2 {
 		t.Errorf("snowflake_proxy_client_sessions = %v with two sessions open", n)
 	}
-	if n := value(t, after, "snowflake_proxy_node_claim", "database", db, "state", "held"); n != 1 {
+	if n := after.Value(t, "snowflake_proxy_node_claim", "database", db, "state", "held"); n != 1 {
 		t.Errorf("node claim on %s not held: %v", db, n)
 	}
 	// Every error kind is shown, at 0 when it never happened.
-	if n := value(t, after, "snowflake_proxy_session_errors_total", "kind", "upstream_dial"); n != 0 {
+	if n := after.Value(t, "snowflake_proxy_session_errors_total", "kind", "upstream_dial"); n != 0 {
 		t.Errorf("upstream_dial errors = %v", n)
 	}
 	for _, name := range []string{"go_goroutines", "process_open_fds", "snowflake_proxy_event_loop_entries_total",
@@ -231,7 +185,7 @@ func TestAdminMetricsCountSessionsAndFastPathIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMetric(t, a, "snowflake_proxy_client_sessions", 0)
-	if d := value(t, scrape(t, a), "snowflake_proxy_sessions_ended_total") - value(t, before, "snowflake_proxy_sessions_ended_total"); d != 2 {
+	if d := scrape(t, a).Value(t, "snowflake_proxy_sessions_ended_total") - before.Value(t, "snowflake_proxy_sessions_ended_total"); d != 2 {
 		t.Errorf("sessions_ended_total moved by %v, want 2", d)
 	}
 }
@@ -322,13 +276,17 @@ func TestAdminReadyzNodeConflict(t *testing.T) {
 	}
 	nextval(a)
 	waitReady(t, a, http.StatusOK, "ok")
-	if n := value(t, scrape(t, a), "snowflake_proxy_node_claim", "database", db, "state", "held"); n != 1 {
+	if n := scrape(t, a).Value(t, "snowflake_proxy_node_claim", "database", db, "state", "held"); n != 1 {
 		t.Fatalf("claim of the first proxy not held")
 	}
 	nextval(b) // the shim answers: b's claim finds a's
 	waitReady(t, b, http.StatusServiceUnavailable, `node 5 is held by another proxy on database "`+db+`"`)
-	if n := value(t, scrape(t, b), "snowflake_proxy_node_claim", "database", db, "state", "conflict"); n != 1 {
+	if n := scrape(t, b).Value(t, "snowflake_proxy_node_claim", "database", db, "state", "conflict"); n != 1 {
 		t.Fatalf("conflict not in the second proxy's metrics")
+	}
+	// Its nextval went to the shim, counted with the reason.
+	if n := scrape(t, b).Value(t, "snowflake_proxy_fastpath_fallbacks_total", "reason", "node_conflict"); n != 1 {
+		t.Fatalf("fallbacks for node_conflict on the second proxy: %v, want 1", n)
 	}
 	waitReady(t, a, http.StatusOK, "ok")
 }

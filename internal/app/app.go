@@ -96,6 +96,7 @@ type App struct {
 	upstream  string        // connection string, password masked
 	clientTLS *clientTLS    // nil without TLS for clients
 	admin     *admin.Server // nil without AdminListen
+	dials     *admin.Dials  // the upstream dial histogram; nil without AdminListen
 	probePool *pgxpool.Pool // the readiness check's control connection
 	closing   atomic.Bool   // Close has begun
 }
@@ -232,6 +233,11 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("snowflake services: %w", err)
 	}
 	a.services = services
+	var observeDial func(time.Duration, error)
+	if adminLn != nil {
+		a.dials = admin.NewDials()
+		observeDial = a.dials.Observe
+	}
 	server, err := wire.New(wire.Config{
 		Upstream:          up.wire,
 		TLSConfig:         tlsConfig,
@@ -246,6 +252,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		QueryInserts:      cfg.QueryInserts,
 		MaxClients:        cfg.MaxClients,
 		IdleClientTimeout: cfg.IdleClientTimeout,
+		ObserveDial:       observeDial,
 	})
 	if err != nil {
 		return nil, err
