@@ -65,6 +65,8 @@ func (ss *session) authenticate() error {
 			case 'E':
 				// The server refused the client: its error is the answer.
 				_ = ss.cw.Flush()
+				ss.noteServerFatal(body)
+				ss.ending = ending{outcome: OutcomeLoginRefused, code: errorField(body, 'C'), message: errorField(body, 'M')}
 				return errSessionDone
 			case 'R':
 				if len(body) < 4 {
@@ -133,6 +135,8 @@ func (ss *session) relayAuthResponse() error {
 	}
 	if typ != 'p' {
 		if typ == 'X' {
+			ss.terminated.Store(true)
+			ss.ending = ending{outcome: OutcomeClientClosed}
 			return errSessionDone
 		}
 		e := protocolError("expected password response, got message type %d", typ)

@@ -13,6 +13,7 @@ import (
 // single upstream the request needs no translation. PostgreSQL answers
 // nothing; the connection is closed.
 func (ss *session) forwardCancel(pkt []byte) error {
+	ss.ending = ending{outcome: OutcomeCancelRequest}
 	if len(pkt) < 8 || len(pkt) > 8+maxCancelKey {
 		// PostgreSQL ignores such a request too.
 		return errSessionDone

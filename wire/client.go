@@ -82,6 +82,7 @@ func (p *clientPump) step(typ byte) error {
 		// expected (regression: the server pump read the EOF before the
 		// client pump had said so, and sent the client 08006).
 		ss.clientGone.Store(true)
+		ss.terminated.Store(true)
 	}
 	var err error
 	if ss.track {

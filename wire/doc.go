@@ -35,7 +35,8 @@
 //     of responses owed to the client; ids.go, mirror.go: generated values
 //     and the session state they depend on; local.go, extlocal.go: answers
 //     the proxy gives without the server; errors.go: typed errors and SQLSTATEs;
-//     fallback.go: why IDs went to the shim instead (Stats.Fallbacks).
+//     fallback.go: why IDs went to the shim instead (Stats.Fallbacks);
+//     outcome.go: how sessions end, logged and counted (Stats.Ended).
 //
 // # Session lifecycle
 //
@@ -94,15 +95,16 @@
 //     server a CancelRequest with the session's key and closes the server
 //     connection at once, so that the backend does not run the statement
 //     to its end holding its locks. The session waits for both pumps,
-//     closes both connections and logs one line with its duration.
+//     closes both connections and logs one line with its duration and its
+//     outcome (outcome.go).
 //  8. Ends on the proxy's initiative (lifecycle.go). When Close's context
 //     ends before a session does, the session is cut: its relay stops at a
 //     message boundary (the server pump starts no new batch; reads are
 //     woken by deadlines, or by shutdown(SHUT_RD) in an event loop), then
 //     its own goroutine writes FATAL 57P01 under a 1 s write deadline,
 //     cancels a statement still running, and closes; Close logs at WARN
-//     how many sessions it cut, and each logs its end with kind shutdown
-//     and the SQLSTATE. With Config.IdleClientTimeout, a reaper goroutine
+//     how many sessions it cut, and each logs its end with outcome
+//     shutdown_cut and the SQLSTATE. With Config.IdleClientTimeout, a reaper goroutine
 //     cuts sessions idle that long (no client message and no statement
 //     outstanding) with 57P05, or 25P03 inside a transaction; it reads no
 //     clock on the relay path, only each session's message counter once
@@ -180,9 +182,14 @@
 //
 // # Debugging
 //
-// Each session logs with a "session" attribute, and its end with the kind
-// of error and the SQLSTATE the client was told; Stats counts sessions,
-// errors by kind (too_many_clients, idle_timeout and shutdown among them),
+// Each session logs with a "session" attribute, and its end with its
+// outcome (client_closed, client_disconnected, drained, login_refused,
+// shutdown_cut, upstream_terminated, upstream_lost...: outcome.go), the
+// SQLSTATE the client was told or the server ended it with, the server's
+// message, and the error when there is one: INFO for the ends that are
+// part of a client's life, WARN for refusals and failures. Stats counts
+// sessions, their ends by outcome, errors by kind (too_many_clients,
+// idle_timeout and shutdown among them),
 // retried accepts, cancels (forwarded, and sent for statements left
 // running), local answers, hidden queries, fast-path IDs (LocalIDs: those
 // sent in local answers) and fallbacks to the shim by reason, counted once

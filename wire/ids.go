@@ -341,7 +341,7 @@ func (p *serverPump) hidden(typ byte) error {
 		}
 		ss.hq.fail = errorField(body, 'C')
 		if isFatal(body) {
-			ss.sawFatal.Store(true)
+			ss.noteServerFatal(body)
 			return ss.sr.pass(ss.cw)
 		}
 		ss.sr.consume()

@@ -207,8 +207,8 @@ func TestCloseCutsSessions(t *testing.T) {
 
 			checkLoopUsed(t, p, cfg)
 			st := p.Stats()
-			if st.Errors["shutdown"] != 2 || st.EndCancels != 1 {
-				t.Fatalf("shutdown = %d, end cancels = %d; want 2, 1", st.Errors["shutdown"], st.EndCancels)
+			if st.Errors["shutdown"] != 2 || st.EndCancels != 1 || st.Ended["shutdown_cut"] != 2 {
+				t.Fatalf("shutdown = %d, end cancels = %d, ended by a cut = %d; want 2, 1, 2", st.Errors["shutdown"], st.EndCancels, st.Ended["shutdown_cut"])
 			}
 			out := logs.String()
 			if !strings.Contains(out, `level=WARN msg="shutdown grace ended: terminating sessions" component=wire sessions=2`) {
@@ -220,7 +220,7 @@ func TestCloseCutsSessions(t *testing.T) {
 					continue
 				}
 				ends++
-				if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "kind=shutdown sqlstate=57P01 client_told=true") {
+				if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "outcome=shutdown_cut sqlstate=57P01 kind=shutdown client_told=true") {
 					t.Fatalf("session end of a cut session: %s", l)
 				}
 			}

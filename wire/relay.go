@@ -127,7 +127,7 @@ func (p *serverPump) handle(typ byte) error {
 			return err
 		}
 		if isFatal(body) {
-			ss.sawFatal.Store(true)
+			ss.noteServerFatal(body)
 		}
 		var pm *posMap
 		own := false

@@ -115,6 +115,9 @@ type Stats struct {
 	// Fallbacks counts statement executions whose IDs the server's shim
 	// issued instead of the fast path, by Fallback name (fallback.go).
 	Fallbacks map[string]uint64
+	// Ended counts the sessions that have ended, by Outcome name
+	// (outcome.go).
+	Ended map[string]uint64
 }
 
 // Server accepts client connections and runs a session for each.
@@ -153,6 +156,7 @@ type Server struct {
 		active                                 atomic.Int64
 		errors                                 [numKinds]atomic.Uint64
 		fallbacks                              [numFallbacks]atomic.Uint64
+		ended                                  [numOutcomes]atomic.Uint64
 	}
 }
 
@@ -316,6 +320,7 @@ func (s *Server) Stats() Stats {
 		LoopEntries: s.stats.loopIn.Load(), Handovers: s.stats.handovers.Load(),
 		PreparedInserts: s.stats.preparedInserts.Load(), AcceptErrors: s.stats.acceptErrors.Load(),
 		EndCancels: s.stats.endCancels.Load(), Errors: map[string]uint64{}, Fallbacks: map[string]uint64{},
+		Ended: map[string]uint64{},
 	}
 	for k := Kind(1); k < numKinds; k++ {
 		if n := s.stats.errors[k].Load(); n > 0 {
@@ -325,6 +330,11 @@ func (s *Server) Stats() Stats {
 	for f := Fallback(1); f < numFallbacks; f++ {
 		if n := s.stats.fallbacks[f].Load(); n > 0 {
 			st.Fallbacks[f.String()] = n
+		}
+	}
+	for o := Outcome(1); o < numOutcomes; o++ {
+		if n := s.stats.ended[o].Load(); n > 0 {
+			st.Ended[o.String()] = n
 		}
 	}
 	return st
@@ -341,4 +351,6 @@ const (
 	logError     = "err"
 	logKind      = "kind"
 	logSQLState  = "sqlstate"
+	logOutcome   = "outcome"
+	logMessage   = "message"
 )

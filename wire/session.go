@@ -69,7 +69,14 @@ type session struct {
 	hqDone       chan struct{} // signalled when hq is complete
 
 	clientGone atomic.Bool // the client pump has ended
+	terminated atomic.Bool // the client sent Terminate
 	sawFatal   atomic.Bool // the server sent a FATAL error: its close is expected
+	// serverFatal is the server's FATAL (or login refusal), for the
+	// session's end (outcome.go).
+	serverFatal atomic.Pointer[serverFatal]
+	// ending is how the startup phase ended without an error (outcome.go;
+	// session goroutine only).
+	ending     ending
 	serverLost atomic.Bool // the server connection ended without the proxy asking
 	fatalSent  atomic.Bool // the proxy sent the client a FATAL error
 
@@ -184,27 +191,11 @@ func (ss *session) run() {
 	if err != nil {
 		ss.srv.countError(err)
 	}
-	if err == nil && ss.user == "" {
-		return
-	}
-	k := kindOf(err)
-	lvl := slog.LevelInfo
-	if k != 0 && k != KindIdleTimeout {
-		lvl = slog.LevelWarn
-	}
-	attrs := []any{logUser, ss.user, logDatabase, ss.db, logDuration, time.Since(ss.start).String(), logError, err, logKind, k.String()}
-	var e *Error
-	if errors.As(err, &e) && e.Code != "" {
-		attrs = append(attrs, logSQLState, e.Code)
-	}
-	if cut != nil {
-		attrs = append(attrs, "client_told", told)
-	}
-	ss.log.Log(context.Background(), lvl, "session end", attrs...)
+	ss.logEnd(err, cut, told)
 }
 
 // errSessionDone ends a session that completed without a relay (cancel
-// requests, refused authentication).
+// requests, refused authentication); session.ending says how.
 var errSessionDone = errors.New("session done")
 
 // abort closes the connections so both pumps end now (Server.Close).
@@ -327,7 +318,10 @@ func (ss *session) runPumps() (first error, again bool) {
 			wantLoop++
 			continue
 		}
-		if r.err != nil && !isClosedErr(r.err) && first == nil {
+		// A lost server connection is the session's end even though its
+		// cause is an EOF (regression: it was taken for a pump woken to
+		// stop, and the session's end was logged at INFO without error).
+		if r.err != nil && (kindOf(r.err) == KindUpstreamIO || !isClosedErr(r.err)) && first == nil {
 			first = r.err
 		}
 		if i > 0 || wantLoop > 0 {

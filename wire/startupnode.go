@@ -256,6 +256,7 @@ func (ss *session) maySetNode() (bool, error) {
 			}
 			if typ == 'E' && isFatal(body) {
 				_ = ss.cw.Flush()
+				ss.noteServerFatal(body)
 				return false, errSessionDone
 			}
 		case 'D':
@@ -293,5 +294,6 @@ func (ss *session) refuseStartup(code, msg, hint string) error {
 	}
 	_, _ = ss.sw.Write([]byte{'X', 0, 0, 0, 4})
 	_ = ss.sw.Flush()
+	ss.ending = ending{outcome: OutcomeRefused, code: code, message: msg}
 	return errSessionDone
 }

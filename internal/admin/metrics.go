@@ -38,6 +38,7 @@ type collector struct {
 	claim     *prometheus.Desc
 	ids       *prometheus.Desc
 	fallbacks *prometheus.Desc
+	ended     *prometheus.Desc
 	renewals  *prometheus.Desc
 	failures  *prometheus.Desc
 	waits     *prometheus.Desc
@@ -55,12 +56,6 @@ func newCollector(cfg Config) *collector {
 		watches: cfg.CatalogWatches,
 		counters: []counter{
 			newCounter("sessions_total", "Client sessions accepted.", func(s *wire.Stats) uint64 { return s.Sessions }),
-			newCounter("sessions_ended_total", "Client sessions that have ended.", func(s *wire.Stats) uint64 {
-				if s.Active < 0 || uint64(s.Active) > s.Sessions {
-					return 0
-				}
-				return s.Sessions - uint64(s.Active)
-			}),
 			newCounter("cancels_total", "Cancel requests forwarded to the upstream.", func(s *wire.Stats) uint64 { return s.Cancels }),
 			newCounter("end_cancels_total", "Cancel requests the proxy sent for a statement still running when its session ended.",
 				func(s *wire.Stats) uint64 { return s.EndCancels }),
@@ -81,6 +76,8 @@ func newCollector(cfg Config) *collector {
 		fallbacks: prometheus.NewDesc(namespace+"_fastpath_fallbacks_total", "Statement executions whose snowflake IDs the server's shim issued instead of the fast path, by reason. "+
 			"An INSERT whose targets' defaults the proxy could not learn counts too, snowflake defaults or not.",
 			[]string{"reason"}, nil),
+		ended: prometheus.NewDesc(namespace+"_sessions_ended_total", "Client sessions that have ended, by outcome (client_closed, login_refused, shutdown_cut, upstream_lost, ...).",
+			[]string{"reason"}, nil),
 		renewals: prometheus.NewDesc(namespace+"_lease_renewals_total", "Leases of ID positions the fast path asked of the upstream.", nil, nil),
 		failures: prometheus.NewDesc(namespace+"_lease_failures_total", "Lease requests that failed.", nil, nil),
 		waits:    prometheus.NewDesc(namespace+"_lease_waits_total", "Fast-path calls that waited for a lease (a sequence's first, a lease used up, a fence after shim IDs).", nil, nil),
@@ -98,6 +95,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.claim
 	ch <- c.ids
 	ch <- c.fallbacks
+	ch <- c.ended
 	ch <- c.renewals
 	ch <- c.failures
 	ch <- c.waits
@@ -117,6 +115,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, reason := range wire.FallbackNames() {
 		ch <- prometheus.MustNewConstMetric(c.fallbacks, prometheus.CounterValue, float64(st.Fallbacks[reason]), reason)
+	}
+	for _, reason := range wire.OutcomeNames() {
+		ch <- prometheus.MustNewConstMetric(c.ended, prometheus.CounterValue, float64(st.Ended[reason]), reason)
 	}
 	if c.leases != nil {
 		ls := c.leases()

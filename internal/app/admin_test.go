@@ -185,8 +185,13 @@ func TestAdminMetricsCountSessionsAndFastPathIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMetric(t, a, "snowflake_proxy_client_sessions", 0)
-	if d := scrape(t, a).Value(t, "snowflake_proxy_sessions_ended_total") - before.Value(t, "snowflake_proxy_sessions_ended_total"); d != 2 {
-		t.Errorf("sessions_ended_total moved by %v, want 2", d)
+	end := scrape(t, a)
+	if d := end.Sum(t, "snowflake_proxy_sessions_ended_total") - before.Sum(t, "snowflake_proxy_sessions_ended_total"); d != 2 {
+		t.Errorf("sessions_ended_total moved by %v in all, want 2", d)
+	}
+	if d := end.Value(t, "snowflake_proxy_sessions_ended_total", "reason", "client_closed") -
+		before.Value(t, "snowflake_proxy_sessions_ended_total", "reason", "client_closed"); d != 2 {
+		t.Errorf("sessions_ended_total{reason=client_closed} moved by %v, want 2 (pgx sends Terminate)", d)
 	}
 }
 
