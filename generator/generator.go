@@ -20,6 +20,9 @@ var (
 	ErrExhausted = errors.New("generator: positions exhausted")
 )
 
+// DefaultLeaseDuration is Config.LeaseDuration's default.
+const DefaultLeaseDuration = 2 * time.Second
+
 // Config configures a Generator. Zero values of the optional fields are
 // documented defaults.
 type Config struct {
@@ -29,7 +32,7 @@ type Config struct {
 	Clock Clock
 	// LeaseDuration is how far past now each lease reaches: a lease asks for
 	// positions up to Position(now+LeaseDuration, MaxCount). It also bounds
-	// how far IDs may run ahead of the clock. If 0, 2s is used.
+	// how far IDs may run ahead of the clock. If 0, DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// RenewBefore starts a background renewal once now is closer than this
 	// to the end of the current lease, so the hot path does not wait for the
@@ -75,7 +78,7 @@ func New(cfg Config) (*Generator, error) {
 	}
 	lease := cfg.LeaseDuration
 	if lease == 0 {
-		lease = 2 * time.Second
+		lease = DefaultLeaseDuration
 	}
 	if lease < time.Millisecond {
 		return nil, fmt.Errorf("generator: LeaseDuration %v is below 1ms", lease)
