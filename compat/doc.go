@@ -1,6 +1,6 @@
 // Package compat makes a stock PostgreSQL speak the pgEdge snowflake API.
 //
-// It owns three things:
+// It owns four things:
 //
 //   - the shim (shim.go, sql/*.sql): the whole SQL API of the extension
 //     written in SQL and PL/pgSQL, installed by CREATE EXTENSION snowflake
@@ -20,7 +20,11 @@
 //     only a holder whose role may update that table counts as a proxy: no
 //     other role can block or fake the claim (design in claim.go).
 //     claimstate.go gives its state per database (Service.Claims) to
-//     health checks and metrics.
+//     health checks and metrics;
+//   - --node auto (autonode.go): ClaimNode takes a node no live proxy of
+//     the server holds, in snowflake_proxy.node_claims of the control
+//     database, keeps it with a heartbeat, and frees a crashed proxy's
+//     node only once its last lease has expired (design in autonode.go).
 //
 // Service (service.go) ties them together and implements wire.Snowflakes
 // and wire.FallbackClassifier (why the fast path refused, for metrics);

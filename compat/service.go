@@ -53,6 +53,11 @@ type Config struct {
 	// Heartbeat is the interval between verifications of a held claim, and
 	// between attempts of a claim not held. 0: DefaultHeartbeat.
 	Heartbeat time.Duration
+	// NodeCheck, when set, is called before every fast-path batch of
+	// Node: an error (AutoNode.Check: the claim of --node auto is stale or
+	// lost) refuses the batch, and the session leaves its IDs to the shim.
+	// It must be cheap and must not block.
+	NodeCheck func() error
 }
 
 // Service implements wire.Snowflakes: the fast path's IDs (through the
@@ -141,6 +146,9 @@ func New(cfg Config) (*Service, error) {
 // holds this proxy's node claim on database.
 func (s *Service) NextvalBatch(ctx context.Context, database string, node int, reqs []generator.Request) error {
 	if node == s.cfg.Node && node != 0 {
+		if err := s.checkNode(); err != nil {
+			return err
+		}
 		c, err := s.claim(database)
 		if err != nil {
 			return err
@@ -160,6 +168,9 @@ func (s *Service) NextvalBatch(ctx context.Context, database string, node int, r
 // being renewed.
 func (s *Service) TryNextvalBatch(database string, node int, reqs []generator.Request) (bool, error) {
 	if node == s.cfg.Node && node != 0 {
+		if err := s.checkNode(); err != nil {
+			return false, err
+		}
 		c, err := s.claim(database)
 		if err != nil {
 			return false, err
@@ -175,6 +186,17 @@ func (s *Service) TryNextvalBatch(database string, node int, reqs []generator.Re
 		return false, fmt.Errorf("compat: nextval %s node %d: %w", database, node, err)
 	}
 	return ok, nil
+}
+
+// checkNode applies Config.NodeCheck.
+func (s *Service) checkNode() error {
+	if s.cfg.NodeCheck == nil {
+		return nil
+	}
+	if err := s.cfg.NodeCheck(); err != nil {
+		return claimError{err}
+	}
+	return nil
 }
 
 // claimError marks a refusal of NextvalBatch because the node claim is not
