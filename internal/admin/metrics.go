@@ -43,6 +43,9 @@ type collector struct {
 	failures  *prometheus.Desc
 	waits     *prometheus.Desc
 	watch     *prometheus.Desc
+	node      *prometheus.Desc
+	nodeValue float64
+	nodeFrom  string
 
 	mu       sync.Mutex
 	injected uint64 // the last injected IDs shown: never less (Collect)
@@ -54,6 +57,10 @@ func newCollector(cfg Config) *collector {
 		claims:  cfg.Claims,
 		leases:  cfg.Leases,
 		watches: cfg.CatalogWatches,
+		node: prometheus.NewDesc(namespace+"_node", "This proxy's snowflake.node (0: none), labelled with where it came from: node (--node), hostname (--node-from-hostname) or auto (--node auto).",
+			[]string{"source"}, nil),
+		nodeValue: float64(cfg.Node),
+		nodeFrom:  nodeSource(cfg),
 		counters: []counter{
 			newCounter("sessions_total", "Client sessions accepted.", func(s *wire.Stats) uint64 { return s.Sessions }),
 			newCounter("cancels_total", "Cancel requests forwarded to the upstream.", func(s *wire.Stats) uint64 { return s.Cancels }),
@@ -100,6 +107,17 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.failures
 	ch <- c.waits
 	ch <- c.watch
+	ch <- c.node
+}
+
+func nodeSource(cfg Config) string {
+	switch {
+	case cfg.Node == 0:
+		return "none"
+	case cfg.NodeSource == "":
+		return "node"
+	}
+	return cfg.NodeSource
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -108,6 +126,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(&st)))
 	}
 	ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(st.Active))
+	ch <- prometheus.MustNewConstMetric(c.node, prometheus.GaugeValue, c.nodeValue, c.nodeFrom)
 	ch <- prometheus.MustNewConstMetric(c.ids, prometheus.CounterValue, float64(st.LocalIDs), "local")
 	ch <- prometheus.MustNewConstMetric(c.ids, prometheus.CounterValue, float64(c.injectedIDs(&st)), "injected")
 	for _, kind := range wire.KindNames() {

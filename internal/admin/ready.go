@@ -48,6 +48,11 @@ func (r *readiness) reason() string {
 	if r.cfg.Node == 0 {
 		return "no node set (--node)"
 	}
+	if r.cfg.NodeCheck != nil {
+		if err := r.cfg.NodeCheck(); err != nil {
+			return "node claim: " + oneLine(err)
+		}
+	}
 	if r.cfg.Claims != nil {
 		claims := r.cfg.Claims()
 		dbs := make([]string, 0, len(claims))

@@ -38,8 +38,14 @@ type Config struct {
 	Serving func() error
 	// PingUpstream checks that the upstream answers, within ctx.
 	PingUpstream func(ctx context.Context) error
-	// Node is the proxy's --node; 0 makes /readyz fail.
+	// Node is the proxy's node; 0 makes /readyz fail.
 	Node int
+	// NodeSource says where Node came from: node (--node), hostname or
+	// auto; shown as the label of snowflake_proxy_node.
+	NodeSource string
+	// NodeCheck, when set, reports whether the claim of --node auto is
+	// current; an error makes /readyz fail.
+	NodeCheck func() error
 	// Logger: nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -38,9 +38,19 @@ func (a *App) startAdmin(ln net.Listener, controlURL string) error {
 		Serving:        a.serving,
 		PingUpstream:   pool.Ping,
 		Node:           a.cfg.Node,
+		NodeSource:     a.cfg.NodeSource,
+		NodeCheck:      a.nodeCheck(),
 		Logger:         a.cfg.Logger,
 	})
 	return nil
+}
+
+// nodeCheck is the claim check of NodeAuto, nil without it.
+func (a *App) nodeCheck() func() error {
+	if a.autoNode == nil {
+		return nil
+	}
+	return a.autoNode.Check
 }
 
 // serving is nil while the proxy accepts clients.

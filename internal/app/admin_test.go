@@ -312,3 +312,42 @@ func TestAdminReadyzUpstreamDown(t *testing.T) {
 		t.Fatalf("/healthz with the upstream down: %d %q", code, body)
 	}
 }
+
+// With NodeAuto the claimed node is on /metrics, and /readyz fails while
+// the claim cannot be renewed (its table is locked here), with the reason,
+// and passes again once it is.
+func TestAdminReadyzNodeClaim(t *testing.T) {
+	srv := pgtest.Start(t, pgserver.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a, err := Start(ctx, Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", Upstream: srv.URL("postgres"), NodeAuto: true,
+		NodeMin: 40, NodeMax: 50, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeApp(t, a) })
+	if a.Node() != 40 {
+		t.Fatalf("node %d, want 40: the lowest of the range", a.Node())
+	}
+	if v := scrape(t, a).Value(t, "snowflake_proxy_node", "source", "auto"); v != 40 {
+		t.Fatalf("snowflake_proxy_node{source=auto} = %v, want 40", v)
+	}
+	waitReady(t, a, http.StatusOK, "ok")
+	c, err := pgx.Connect(ctx, srv.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE snowflake_proxy.node_claims IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a, http.StatusServiceUnavailable, "node claim: compat: node claim not renewed")
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a, http.StatusOK, "ok")
+}

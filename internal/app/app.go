@@ -41,8 +41,18 @@ type Config struct {
 	// DefaultDataDir().
 	DataDir string
 	// Node is this instance's snowflake.node (1..1023); 0: none (the
-	// server's own setting applies).
+	// server's own setting applies), or NodeAuto.
 	Node int
+	// NodeAuto claims a free node at start, in the upstream's control
+	// database (compat.ClaimNode), between NodeMin and NodeMax; Node must
+	// be 0.
+	NodeAuto bool
+	// NodeMin and NodeMax bound NodeAuto's node. 0: 1 and 1023.
+	NodeMin, NodeMax int
+	// NodeSource says where Node came from, for the node metric: "node"
+	// (--node), "hostname" (--node-from-hostname). NodeAuto sets "auto".
+	// Empty: "node".
+	NodeSource string
 	// TLSCert and TLSKey enable TLS for clients (both or neither).
 	TLSCert, TLSKey string
 	// TLSClientCA, when set, makes clients on TLS present a certificate
@@ -91,14 +101,15 @@ type App struct {
 	services  *compat.Service
 	embedded  *pgserver.Server
 	closeMu   sync.Mutex
-	done      chan struct{} // closed when Serve has returned
-	serveErr  error         // why Serve returned, nil after Close; set before done is closed
-	upstream  string        // connection string, password masked
-	clientTLS *clientTLS    // nil without TLS for clients
-	admin     *admin.Server // nil without AdminListen
-	dials     *admin.Dials  // the upstream dial histogram; nil without AdminListen
-	probePool *pgxpool.Pool // the readiness check's control connection
-	closing   atomic.Bool   // Close has begun
+	done      chan struct{}    // closed when Serve has returned
+	serveErr  error            // why Serve returned, nil after Close; set before done is closed
+	upstream  string           // connection string, password masked
+	clientTLS *clientTLS       // nil without TLS for clients
+	admin     *admin.Server    // nil without AdminListen
+	dials     *admin.Dials     // the upstream dial histogram; nil without AdminListen
+	probePool *pgxpool.Pool    // the readiness check's control connection
+	autoNode  *compat.AutoNode // the claim of NodeAuto; nil without it
+	closing   atomic.Bool      // Close has begun
 }
 
 // SetLimits changes the session limits while the proxy runs (wire.Server
@@ -158,6 +169,12 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.Node < 0 || cfg.Node > 1023 {
 		return nil, fmt.Errorf("invalid node %d: snowflake.node must be 1..1023", cfg.Node)
 	}
+	if cfg.NodeAuto && cfg.Node != 0 {
+		return nil, errors.New("NodeAuto with a Node: give one of them")
+	}
+	if cfg.NodeSource == "" {
+		cfg.NodeSource = "node"
+	}
 	ctls, err := newClientTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA)
 	if err != nil {
 		return nil, err
@@ -200,6 +217,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 			}
 			a.closeAdmin()
 			a.closeServices()
+			a.releaseNode()
 			_ = a.stopEmbedded()
 		}
 	}()
@@ -226,9 +244,23 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		}
 		return nil, err
 	}
+	var nodeCheck func() error
+	if cfg.NodeAuto {
+		// Bounded: the claim waits for the lock of claims made at once.
+		cctx, cancel := context.WithTimeout(ctx, cfg.UpstreamCheckTimeout)
+		an, err := compat.ClaimNode(cctx, compat.AutoNodeConfig{ControlURL: up.controlURL, Min: cfg.NodeMin, Max: cfg.NodeMax, Logger: cfg.Logger})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("--node auto: %w", err)
+		}
+		a.autoNode, nodeCheck = an, an.Check
+		cfg.Node, cfg.NodeSource = an.Node(), "auto"
+		a.cfg = cfg
+		a.log.Info("claimed node", "node", cfg.Node, "range", fmt.Sprintf("%d-%d", max(cfg.NodeMin, 1), nodeMax(cfg.NodeMax)))
+	}
 	warnServerNode(ctx, up, cfg.Node, cfg.UpstreamCheckTimeout, a.log)
 
-	services, err := compat.New(compat.Config{ControlURL: up.controlURL, Node: cfg.Node, Logger: cfg.Logger, Clock: cfg.Clock})
+	services, err := compat.New(compat.Config{ControlURL: up.controlURL, Node: cfg.Node, NodeCheck: nodeCheck, Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {
 		return nil, fmt.Errorf("snowflake services: %w", err)
 	}
@@ -368,6 +400,7 @@ func (a *App) Close(ctx context.Context) error {
 	<-a.done
 	a.closeAdmin()
 	a.closeServices()
+	a.releaseNode()
 	if e := a.stopEmbedded(); e != nil && err == nil {
 		err = e
 	}
@@ -384,6 +417,30 @@ func (a *App) closeServices() {
 		a.log.Warn("closing services", "err", err)
 	}
 }
+
+// releaseNode ends the claim of NodeAuto, after the services: the node
+// stays reserved for a lease's length past the last fast-path ID.
+func (a *App) releaseNode() {
+	if a.autoNode == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.autoNode.Close(ctx); err != nil {
+		a.log.Warn("releasing the node claim", "err", err)
+	}
+}
+
+func nodeMax(n int) int {
+	if n == 0 {
+		return 1023
+	}
+	return n
+}
+
+// Node is the proxy's node: Config.Node, or the node NodeAuto claimed; 0
+// when none is set.
+func (a *App) Node() int { return a.cfg.Node }
 
 func (a *App) stopEmbedded() error {
 	if a.embedded == nil {

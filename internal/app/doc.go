@@ -11,7 +11,9 @@
 //
 // Files:
 //
-//   - app.go: Config, Start, Close, Reload, the accessors.
+//   - app.go: Config, Start, Close, Reload, the accessors; with NodeAuto
+//     the node is claimed (compat.ClaimNode) before anything uses it, and
+//     released after the services.
 //   - upstream.go: parsing --upstream (libpq's connection strings, sslmode
 //     and its environment) into where sessions and control connections go.
 //   - clienttls.go: the TLS offered to clients, reloadable.
