@@ -126,14 +126,29 @@ func (p *inProcess) stop(t *testing.T, ctx context.Context) {
 // returns the process and its ready line.
 func startProxyProcess(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, string, *pgtest.SyncBuffer) {
 	t.Helper()
+	p := spawnProxyProcess(t, args...)
+	return p.cmd, p.ready(t, ctx), p.errOut
+}
+
+// proxyProcess is this test binary running as the proxy.
+type proxyProcess struct {
+	cmd    *exec.Cmd
+	lines  chan string // the ready line ("" when stdout closed first)
+	errOut *pgtest.SyncBuffer
+}
+
+// spawnProxyProcess starts the proxy process without waiting for it; it is
+// killed at the end of the test.
+func spawnProxyProcess(t *testing.T, args ...string) *proxyProcess {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), runAsProxyEnv+"=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	errOut := &pgtest.SyncBuffer{}
-	cmd.Stderr = errOut
+	p := &proxyProcess{cmd: cmd, lines: make(chan string, 1), errOut: &pgtest.SyncBuffer{}}
+	cmd.Stderr = p.errOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -141,21 +156,26 @@ func startProxyProcess(t *testing.T, ctx context.Context, args ...string) (*exec
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	lines := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(stdout).ReadString('\n')
-		lines <- l
+		p.lines <- l
 	}()
+	return p
+}
+
+// ready waits for the process's ready line.
+func (p *proxyProcess) ready(t *testing.T, ctx context.Context) string {
+	t.Helper()
 	select {
-	case l := <-lines:
+	case l := <-p.lines:
 		if l == "" {
-			t.Fatalf("the proxy process printed no ready line; stderr: %s", errOut.String())
+			t.Fatalf("the proxy process printed no ready line; stderr: %s", p.errOut.String())
 		}
-		return cmd, l, errOut
+		return l
 	case <-ctx.Done():
-		t.Fatalf("no ready line: %v; stderr: %s", ctx.Err(), errOut.String())
+		t.Fatalf("no ready line: %v; stderr: %s", ctx.Err(), p.errOut.String())
 	}
-	return nil, "", nil
+	return ""
 }
 
 // waitNoPostmaster polls until no live postmaster serves dataDir, for at

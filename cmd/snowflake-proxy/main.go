@@ -35,6 +35,8 @@ type Main struct {
 	// Reload delivers SIGHUP: what can change live is read again; it
 	// never stops the proxy (a closed terminal sends it too). nil: none.
 	Reload chan os.Signal
+	// Hostname gives --node-from-hostname its name. nil: os.Hostname.
+	Hostname func() (string, error)
 }
 
 // Run executes the command line and returns the exit code.

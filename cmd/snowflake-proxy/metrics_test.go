@@ -18,14 +18,22 @@ import (
 
 var adminLine = regexp.MustCompile(`msg="admin listening" component=admin addr=(\S+)`)
 
-// adminAddr is the admin listener's address, from the proxy's log line.
+// adminAddr is the admin listener's address, from the proxy's log line
+// (a process's stderr may reach the buffer after its ready line).
 func adminAddr(t *testing.T, errOut *pgtest.SyncBuffer) string {
 	t.Helper()
-	m := adminLine.FindStringSubmatch(errOut.String())
-	if m == nil {
-		t.Fatalf("no admin listening line in the log:\n%s", errOut.String())
+	timeout := time.After(30 * time.Second)
+	for {
+		changed := errOut.Changed()
+		if m := adminLine.FindStringSubmatch(errOut.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("no admin listening line in the log:\n%s", errOut.String())
+		}
 	}
-	return m[1]
 }
 
 // The proxy started from a config file with admin-listen counts on

@@ -20,6 +20,13 @@ type options struct {
 	listen, upstream, dataDir string
 	passwordFile              string
 	node                      int
+	nodeAuto                  bool   // --node auto
+	nodeRange                 string // --node-range, parsed into nodeMin, nodeMax
+	nodeMin, nodeMax          int
+	nodeFromHostname          bool
+	nodeBase                  int
+	hostname                  string // with nodeFromHostname: the name node comes from
+	nodeSource                string // for app.Config.NodeSource
 	tlsCert, tlsKey, logLevel string
 	logFormat                 string
 	tlsClientCA               string
@@ -64,7 +71,10 @@ func (m *Main) flagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.upstream, "upstream", "", "PostgreSQL to front: postgres:// URL or key=value settings as libpq takes them (sslmode, sslrootcert, sslcert, sslkey, ...), host:port, or a Unix-socket directory (empty: start an embedded private server)")
 	fs.StringVar(&o.passwordFile, "password-file", "", "file holding the control password, when --upstream, PGPASSWORD and the libpq password file (PGPASSFILE, ~/.pgpass) give none")
 	fs.StringVar(&o.dataDir, "data-dir", app.DefaultDataDir(), "data directory of the embedded server (reused across runs)")
-	fs.IntVar(&o.node, "node", 0, "this instance's snowflake.node, 1..1023")
+	fs.Var(nodeFlag{&o.node, &o.nodeAuto}, "node", "this instance's snowflake.node, 1..1023, or auto: claim a free one in the upstream (see --node-range)")
+	fs.StringVar(&o.nodeRange, "node-range", "1-1023", "nodes this proxy may take: --node auto claims one of them, --node and --node-from-hostname must be one (disjoint ranges per server of a multi-master cluster)")
+	fs.BoolVar(&o.nodeFromHostname, "node-from-hostname", false, "take the node from the ordinal ending the host name, as in a StatefulSet (proxy-3: --node-base + 3)")
+	fs.IntVar(&o.nodeBase, "node-base", 0, "with --node-from-hostname, the node of ordinal 0 (0: the start of --node-range)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate (PEM) for clients")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "TLS private key (PEM) for clients")
 	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "CA certificates (PEM): clients on TLS must present a certificate they signed")
@@ -111,12 +121,8 @@ func (m *Main) finishFlags(fs *flag.FlagSet, o *options, args []string, fromFile
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	// 0 means "no node" only when the flag is absent: given explicitly
-	// (flag or environment) it must name a real node.
-	nodeGiven := m.Getenv("SNOWFLAKE_PROXY_NODE") != "" || fromFile["node"]
-	fs.Visit(func(f *flag.Flag) { nodeGiven = nodeGiven || f.Name == "node" })
-	if nodeGiven && (o.node < 1 || o.node > 1023) {
-		return nil, fmt.Errorf("invalid --node %d: must be 1..1023", o.node)
+	if err := m.resolveNode(fs, o, fromFile); err != nil {
+		return nil, err
 	}
 	for _, d := range []struct {
 		name string
@@ -191,7 +197,10 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		handler = slog.NewJSONHandler(m.Stderr, &slog.HandlerOptions{Level: levelVar})
 	}
 	logger := slog.New(handler)
-	if o.node == 0 {
+	if o.nodeFromHostname {
+		logger.Info("node from the host name", "host", o.hostname, "node", o.node)
+	}
+	if o.node == 0 && !o.nodeAuto {
 		// finishFlags refuses an explicit 0, so 0 here means no node was
 		// given anywhere; the proxy still serves, and the server's own
 		// snowflake.node may fill the gap.
@@ -209,7 +218,9 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		}
 		defer stop()
 	}
-	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, PasswordFile: o.passwordFile, DataDir: o.dataDir, Node: o.node, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
+	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, PasswordFile: o.passwordFile, DataDir: o.dataDir,
+		Node: o.node, NodeAuto: o.nodeAuto, NodeMin: o.nodeMin, NodeMax: o.nodeMax, NodeSource: o.nodeSource,
+		TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 		TLSClientCA: o.tlsClientCA, RequireTLS: o.tlsRequire,
 		DialTimeout: o.dialTimeout, HandshakeTimeout: o.handshakeTimeout, UpstreamCheckTimeout: o.checkTimeout,
 		MaxClients: o.maxClients, IdleClientTimeout: o.idleTimeout, Logger: logger, EventLoops: loops,
