@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
 )
@@ -75,7 +74,7 @@ func TestKubernetesManifest(t *testing.T) {
 			kinds = append(kinds, strings.TrimPrefix(l, "kind: "))
 		}
 	}
-	if got := strings.Join(kinds, ","); got != "ConfigMap,Service,Service,StatefulSet" {
+	if got := strings.Join(kinds, ","); got != "ConfigMap,Service,Deployment" {
 		t.Fatalf("kinds %s", got)
 	}
 	if !has(m, "replicas: 3") {
@@ -102,10 +101,23 @@ func TestKubernetesManifest(t *testing.T) {
 	if !has(m, "runAsUser: "+user) || !has(m, "runAsNonRoot: true") {
 		t.Errorf("want runAsNonRoot and runAsUser %s, the image's USER", user)
 	}
+	// The image's ENTRYPOINT is the proxy: no command, and args are its
+	// flags only.
+	if entry := stages[len(stages)-1].all("ENTRYPOINT"); len(entry) != 1 || entry[0] != `["/usr/local/bin/snowflake-proxy"]` {
+		t.Fatalf("the image's ENTRYPOINT %q is not the proxy: the args below would not reach it", entry)
+	}
+	if m.block("command:") != nil {
+		t.Error("a command replaces the image's ENTRYPOINT: let it run the proxy")
+	}
 	args := m.block("args:")
-	if !has(args, "- /usr/local/bin/snowflake-proxy") || !has(args, "- --config") || !has(args, "- /etc/snowflake-proxy/snowflake-proxy.toml") ||
+	for _, a := range args {
+		if a = strings.TrimSpace(a); strings.HasPrefix(a, "- ") && !strings.HasPrefix(a, "- -") && !strings.HasPrefix(a, "- /etc/") && a != "- auto" {
+			t.Errorf("args item %q is neither a flag nor its value", a)
+		}
+	}
+	if !has(args, "- --config") || !has(args, "- /etc/snowflake-proxy/snowflake-proxy.toml") ||
 		!has(args, "- --password-file") || !has(args, "- /etc/snowflake-proxy-secret/password") {
-		t.Errorf("args %q: want the proxy with --config and --password-file", args)
+		t.Errorf("args %q: want --config and --password-file", args)
 	}
 	if !has(m, "mountPath: /etc/snowflake-proxy-secret") || !has(m, "mountPath: /etc/snowflake-proxy") || !has(m, "secretName: snowflake-proxy") {
 		t.Error("want the ConfigMap at /etc/snowflake-proxy and the Secret at /etc/snowflake-proxy-secret")
@@ -115,45 +127,25 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 }
 
-// The container's wrapper gives each StatefulSet pod its node from the
-// ordinal in its name, and refuses a name without one instead of starting
-// nodeless.
-func TestKubernetesNodeFromOrdinal(t *testing.T) {
+// Every replica of the Deployment claims its own node (--node auto), and
+// the probe that keeps a pod out of the Service until it has one is
+// /readyz.
+func TestKubernetesDeploymentClaimsNodes(t *testing.T) {
 	m := readManifest(t)
-	command := m.block("command:")
-	if len(command) < 4 || strings.TrimSpace(command[0]) != "- /bin/sh" || strings.TrimSpace(command[1]) != "- -c" || strings.TrimSpace(command[2]) != "- |" {
-		t.Fatalf("command %q: want /bin/sh -c and a literal script", command)
+	args := m.block("args:")
+	for i, a := range args {
+		if strings.TrimSpace(a) == "- --node" {
+			if i+1 >= len(args) || strings.TrimSpace(args[i+1]) != "- auto" {
+				t.Fatalf("args %q: --node is not followed by auto", args)
+			}
+			if !has(m.block("readinessProbe:"), "path: /readyz") {
+				t.Fatal("no readiness probe on /readyz")
+			}
+			if has(m, "kind: StatefulSet") || strings.Contains(strings.Join(m, "\n"), "SNOWFLAKE_PROXY_NODE") {
+				t.Fatal("a StatefulSet or a node variable beside --node auto")
+			}
+			return
+		}
 	}
-	script := literal(manifest(command).block("- |"))
-	for _, c := range []struct {
-		name, pod, offset string
-		want              string
-		ok                bool
-	}{
-		{"first pod", "snowflake-proxy-0", "", "1", true},
-		{"third pod", "snowflake-proxy-2", "0", "3", true},
-		{"with offset", "snowflake-proxy-2", "100", "103", true},
-		{"no ordinal", "snowflake-proxy", "", "", false},
-		{"no dash", "proxy", "", "", false},
-		{"empty name", "", "", "", false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			// The script execs its arguments: here a shell that prints the
-			// node the proxy would be given.
-			cmd := exec.Command("/bin/sh", "-c", script, "node-from-ordinal", "/bin/sh", "-c", `printf %s "$SNOWFLAKE_PROXY_NODE"`)
-			cmd.Env = []string{"PATH=/usr/bin:/bin", "POD_NAME=" + c.pod}
-			if c.offset != "" {
-				cmd.Env = append(cmd.Env, "NODE_OFFSET="+c.offset)
-			}
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if c.ok && (err != nil || string(out) != c.want) {
-				t.Fatalf("node %q, err %v (%s), want %s", out, err, stderr.String(), c.want)
-			}
-			if !c.ok && (err == nil || !strings.Contains(stderr.String(), "no ordinal")) {
-				t.Fatalf("pod %q: err %v, stderr %q: want a failure naming the missing ordinal", c.pod, err, stderr.String())
-			}
-		})
-	}
+	t.Fatalf("args %q: want --node auto", args)
 }

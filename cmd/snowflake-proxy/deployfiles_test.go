@@ -64,26 +64,55 @@ func TestDeployFilesNameRealFlags(t *testing.T) {
 		t.Fatalf("%d flags found in the unit and the manifest: the matching is broken", seen)
 	}
 
-	// The ConfigMap's TOML, with the image's environment over it, as a
-	// pod's wrapper would start the proxy.
+	// The ConfigMap's TOML, with the image's environment over it and the
+	// container's args, as a pod starts the proxy.
 	toml := configMapTOML(t, k8s)
 	path := filepath.Join(t.TempDir(), "snowflake-proxy.toml")
 	if err := os.WriteFile(path, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"SNOWFLAKE_PROXY_NODE": "3"}
+	env := map[string]string{}
 	for _, m := range regexp.MustCompile(`(SNOWFLAKE_PROXY_[A-Z_]+)=(\S+)`).FindAllStringSubmatch(dockerfile, -1) {
 		env[m[1]] = m[2]
 	}
+	args := containerArgs(t, k8s)
+	for i, a := range args {
+		if a == "/etc/snowflake-proxy/snowflake-proxy.toml" {
+			args[i] = path
+		}
+	}
 	m := &Main{Stderr: os.Stderr, Getenv: func(k string) string { return env[k] }}
-	o, err := m.parseFlags([]string{"--config", path, "--password-file", "/etc/snowflake-proxy-secret/password"})
+	o, err := m.parseFlags(args)
 	if err != nil {
-		t.Fatalf("the pod's configuration is refused: %v", err)
+		t.Fatalf("the pod's configuration %q is refused: %v", args, err)
 	}
-	if o.listen != "0.0.0.0:6432" || o.node != 3 || o.logFormat != "json" || !strings.HasPrefix(o.upstream, "postgres://") {
-		t.Fatalf("listen %q node %d log-format %q upstream %q: want the image's listen and log format, the wrapper's node, the ConfigMap's upstream",
-			o.listen, o.node, o.logFormat, o.upstream)
+	if o.listen != "0.0.0.0:6432" || !o.nodeAuto || o.nodeMin != 1 || o.nodeMax != 1023 || o.logFormat != "json" || !strings.HasPrefix(o.upstream, "postgres://") ||
+		o.passwordFile != "/etc/snowflake-proxy-secret/password" {
+		t.Fatalf("listen %q node auto %v range %d-%d log-format %q upstream %q password file %q: want the image's listen and log format, "+
+			"--node auto, the ConfigMap's upstream and range, the Secret's password", o.listen, o.nodeAuto, o.nodeMin, o.nodeMax, o.logFormat, o.upstream, o.passwordFile)
 	}
+}
+
+// containerArgs is the list under the container's `args:` in the manifest.
+func containerArgs(t *testing.T, k8s string) []string {
+	t.Helper()
+	lines := strings.Split(k8s, "\n")
+	for i, l := range lines {
+		if strings.TrimSpace(l) != "args:" {
+			continue
+		}
+		var args []string
+		for _, l := range lines[i+1:] {
+			item, ok := strings.CutPrefix(strings.TrimSpace(l), "- ")
+			if !ok || strings.HasPrefix(strings.TrimSpace(l), "#") {
+				break
+			}
+			args = append(args, item)
+		}
+		return args
+	}
+	t.Fatal("no args in the manifest")
+	return nil
 }
 
 // configMapTOML is the literal block under `snowflake-proxy.toml: |` in
