@@ -48,9 +48,7 @@ func shimCalls(t *testing.T, conn *pgx.Conn, fn func()) int64 {
 // waitFastDefaults waits until an INSERT into table (which must accept
 // DEFAULT VALUES) is filled by the proxy: the proxy serves defaults only once
 // its catalog watch of the database is armed, shortly after the extension is
-// installed or the proxy started. Each try first inserts outside a
-// transaction: the first lease of a sequence waits for older transactions
-// to end (compat.DefaultPendingWait), so inside one it falls back to the shim.
+// installed or the proxy started.
 func waitFastDefaults(t *testing.T, conn *pgx.Conn, table string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)

@@ -41,8 +41,7 @@ func adminAddr(t *testing.T, errOut *pgtest.SyncBuffer) string {
 // into INSERTs, the fallbacks to the shim by reason (a failed transaction,
 // a role without USAGE on the sequence, a per-row call), the leases, the
 // catalog watch, and one upstream dial per session. The server is the
-// test's own, so that no other test's transaction holds up a first lease
-// (lease_pending) and the counts are exact.
+// test's own, so that the counts are exact.
 func TestMetricsCountEachPath(t *testing.T) {
 	srv := pgtest.Start(t, pgserver.Options{})
 	db := pgtest.NewDatabase(t, srv)
