@@ -77,6 +77,24 @@ func (l *LeaseStore) Lease(ctx context.Context, key generator.Key, prevHi, wantH
 	return lease, nil
 }
 
+const releaseQuery = `SELECT snowflake._release($1::pg_catalog.oid::pg_catalog.regclass, $2::pg_catalog.int4, $3::pg_catalog.int8, $4::pg_catalog.int8)`
+
+// Release implements generator.Releaser through the shim's
+// snowflake._release.
+func (l *LeaseStore) Release(ctx context.Context, key generator.Key, hi, issued int64) error {
+	if err := l.shimKnownMissing(key.Database); err != nil {
+		return err
+	}
+	p, err := l.pools.pool(key.Database)
+	if err != nil {
+		return err
+	}
+	if _, err := p.Exec(ctx, releaseQuery, key.Seq, int32(key.Node), hi, issued); err != nil {
+		return l.wrap(key, "release", err)
+	}
+	return nil
+}
+
 func (l *LeaseStore) shimKnownMissing(database string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -266,3 +266,48 @@ func TestFastPathAfterShimIDAboveAnEndedLease(t *testing.T) {
 		t.Fatalf("fast path %v after the shim's %v", generator.Decode(fast), generator.Decode(shim))
 	}
 }
+
+// A proxy that stops gives back the unused end of its lease, so the next
+// run continues from its last ID, at the clock, where it used to start
+// above the lease's top, up to two seconds ahead (and a session's shim ID
+// after such a fast-path ID could be smaller).
+func TestStoppedProxyReleasesItsLease(t *testing.T) {
+	url, c, db, oid := shimDB(t)
+	svc, err := New(Config{ControlURL: url, Node: 5, Heartbeat: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for range 5 {
+		if last, err = nextvalVia(ctxT(t), svc, db, oid, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hw := fmt.Sprintf("SELECT last_value FROM snowflake._hw_%d_5", oid)
+	if top := generator.PositionOf(queryInt(t, c, hw)); top <= generator.PositionOf(last)+generator.Position(500, 0) {
+		t.Fatalf("lease top %d not well above the last ID %d: the check would prove nothing", top, generator.PositionOf(last))
+	}
+	if err := svc.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if top := queryInt(t, c, hw); generator.PositionOf(top) != generator.PositionOf(last) {
+		t.Fatalf("after Close H is %v, want the last ID's position %v", generator.Decode(top), generator.Decode(last))
+	}
+	if s := queryInt(t, c, "SELECT last_value FROM s"); s < last {
+		t.Fatalf("after Close S %d is below the last ID %d", s, last)
+	}
+
+	again, err := New(Config{ControlURL: url, Node: 5, Heartbeat: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = again.Close(ctxT(t)) })
+	next, err := nextvalVia(ctxT(t), again, db, oid, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := (generator.PositionOf(next) - serverPos(t, c)) >> generator.CountBits
+	if next <= last || ahead > 100 {
+		t.Fatalf("the next run's first ID %v (%d ms ahead of the server) after %v", generator.Decode(next), ahead, generator.Decode(last))
+	}
+}

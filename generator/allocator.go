@@ -52,6 +52,19 @@ type allocator struct {
 	reported int64
 }
 
+// seal ends issuing from the current lease: last is moved to the lease's
+// end with a compare-and-swap, so an issuer racing with it either issued
+// before (and its position is returned) or finds no room. It returns the
+// last position issued (or jumped to) before the seal.
+func (a *allocator) seal() int64 {
+	for {
+		last, hi := a.last.Load(), a.hi.Load()
+		if last >= hi || a.last.CompareAndSwap(last, hi) {
+			return last
+		}
+	}
+}
+
 // clockWaitMs bounds how long a fenced renewal waits for the clock.
 const clockWaitMs = 10
 

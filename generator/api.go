@@ -41,3 +41,11 @@ type LeaseStore interface {
 	// returns.
 	Lease(ctx context.Context, key Key, prevHi, wantHi, issued int64) (Lease, error)
 }
+
+// Releaser is a LeaseStore that can take back the unused end of a Key's
+// lease when the generator closes: hi is the lease's top, issued the last
+// position issued from it (or jumped to); nothing above issued was issued.
+// The store may lower its high-water mark to issued if it is still hi.
+type Releaser interface {
+	Release(ctx context.Context, key Key, hi, issued int64) error
+}

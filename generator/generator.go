@@ -199,11 +199,13 @@ func (g *Generator) goRenew(a *allocator, r *renewal) error {
 }
 
 // Close stops background renewals and waits for running ones to return, or
-// for ctx to be done, then reports to the store what each Key issued since
-// its last lease (a Lease call with no room asked for), so that the store
-// knows every ID issued; failures are logged. Next fails with ErrClosed
-// afterwards. Leases already granted are not released: they expire with
-// time, as after a crash.
+// for ctx to be done, then seals every Key's lease (nothing more is issued
+// from it) and gives the store its last position: a Releaser takes back
+// the unused end of the lease, so that a proxy started next continues from
+// there and not from the lease's top, ahead of the clock; another store
+// gets a Lease call with no room asked for. Failures are logged. Next
+// fails with ErrClosed afterwards. After a crash the lease is not given
+// back: a restarted proxy starts above its top.
 func (g *Generator) Close(ctx context.Context) error {
 	g.mu.Lock()
 	g.closed.Store(true)
@@ -216,12 +218,21 @@ func (g *Generator) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("generator: close: %w", ctx.Err())
 	}
+	releaser, _ := g.store.(Releaser)
 	for _, a := range g.allocs.Load().all {
-		issued := a.last.Load()
-		if issued <= a.jumpedTo || issued <= a.reported {
+		hi := a.hi.Load()
+		if hi == 0 {
 			continue
 		}
-		if _, err := g.store.Lease(ctx, a.key, a.hi.Load(), 0, issued); err != nil {
+		last := a.seal()
+		var err error
+		switch {
+		case releaser != nil:
+			err = releaser.Release(ctx, a.key, hi, last)
+		case last > a.jumpedTo && last > a.reported:
+			_, err = g.store.Lease(ctx, a.key, hi, 0, last)
+		}
+		if err != nil {
 			g.logger.Warn("reporting the last IDs issued failed", "database", a.key.Database,
 				"seq", a.key.Seq, "node", a.key.Node, "err", err)
 		}

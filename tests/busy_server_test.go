@@ -166,6 +166,7 @@ func TestShimIDsDatedAtTheClockDuringALease(t *testing.T) {
 			if maxAheadMs > 100 {
 				t.Fatalf("%s: shim IDs up to %d ms ahead of clock_timestamp() during a lease", st.how, maxAheadMs)
 			}
+			t.Logf("%s: %d IDs, at most %d ms ahead of clock_timestamp()", st.how, n, maxAheadMs)
 		})
 	}
 	ids := mustInt64s(t, direct, "SELECT id FROM t ORDER BY id")

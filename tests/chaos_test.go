@@ -335,7 +335,9 @@ func (p *proxyProcess) startErr() error {
 	cmd := exec.Command(p.bin, "--listen", p.addr(), "--upstream", p.upstream,
 		"--node", strconv.Itoa(p.node), "--log-level", "warn")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
+	if *proxyLog {
+		cmd.Stderr = os.Stderr
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.bin, err)
 	}

@@ -423,6 +423,50 @@ BEGIN
 END
 $fn$;
 
+-- _release takes back the unused end of a lease when its proxy stops: the
+-- proxy issued nothing above issued_pos from the lease whose top is
+-- hi_pos, and will not issue from it again. If H is still hi_pos (no later
+-- lease), H goes back to issued_pos, so that the node's next lease (the
+-- proxy started again) continues from there rather than from the top, up
+-- to two seconds ahead of the clock; S is raised to issued_pos.
+CREATE OR REPLACE FUNCTION snowflake._release(seq regclass, node integer, hi_pos bigint, issued_pos bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    hw regclass;
+    s_last bigint;
+    h_last bigint;
+    done bigint;
+BEGIN
+    IF NOT has_sequence_privilege(session_user, seq, 'USAGE, UPDATE') THEN
+        RAISE EXCEPTION 'permission denied for sequence %', seq
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF node < 1 OR node > 1023 OR least(hi_pos, issued_pos) < 0 OR issued_pos > hi_pos
+       OR hi_pos > 9007199254740991 THEN
+        RAISE EXCEPTION 'invalid release of node % up to % from %', node, issued_pos, hi_pos
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
+    s_last := coalesce(pg_sequence_last_value(seq), 0);
+    hw := to_regclass('snowflake._hw_' || seq::oid::text || '_' || node::text);
+    IF hw IS NULL THEN
+        RETURN;
+    END IF;
+    h_last := coalesce(pg_sequence_last_value(hw), 0);
+    IF ((((h_last >> 22) & 2199023255551) << 12) | (h_last & 4095)) <> hi_pos THEN
+        RETURN; -- a later lease: nothing to take back
+    END IF;
+    IF issued_pos > ((((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095)) THEN
+        done := setval(seq, ((issued_pos >> 12) << 22) | (node::bigint << 12) | (issued_pos & 4095), true);
+    END IF;
+    done := setval(hw, ((issued_pos >> 12) << 22) | (node::bigint << 12) | (issued_pos & 4095), true);
+    PERFORM pg_current_xact_id();
+END
+$fn$;
+
 -- snowflake.set_config stands in for set_config('snowflake.node', v, is_local): the
 -- proxy routes such calls here (rewrite/touch.go; the name keeps the
 -- result column named set_config, and pg_catalog.set_config still wins for
