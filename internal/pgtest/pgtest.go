@@ -4,6 +4,14 @@
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //	func TestX(t *testing.T) { srv := pgtest.Shared(t); ... }
+//
+// Files:
+//
+//   - pgtest.go: the shared and per-test servers, test databases, Exec.
+//   - pgbouncer.go: a real PgBouncer (the installed program) in front of a
+//     server or a proxy, stopped at the end of the test.
+//   - tls.go: certificate authorities and TLS servers made per test.
+//   - syncbuffer.go: a buffer other goroutines write while a test reads.
 package pgtest
 
 import (
