@@ -313,7 +313,9 @@ func (p *clientPump) refresh(names, rels []string) {
 	if hq.err != nil || hq.fail != "" || hq.rows != 1 || !p.mirror.apply(hq.row, names, rels) {
 		ss.log.Warn("mirror query failed", logError, hq.err, "sqlstate", hq.fail)
 		p.mirror.fresh = false
+		return
 	}
+	p.notePooler()
 }
 
 // hidden consumes the response to a hidden query (server pump): nothing

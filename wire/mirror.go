@@ -18,8 +18,12 @@ type mirror struct {
 	readOnly bool
 	role     string
 	shim     bool
-	seqs     map[string]seqInfo // regclass text -> resolution, per search_path and role
-	currval  map[uint32]int64   // the latest fast-path value per sequence OID
+	// pid is pg_backend_pid() at the last refresh: the server process
+	// that answered, which behind a pooler is not the one the session's
+	// BackendKeyData names, and changes between transactions.
+	pid     uint32
+	seqs    map[string]seqInfo // regclass text -> resolution, per search_path and role
+	currval map[uint32]int64   // the latest fast-path value per sequence OID
 	// reqs is values' scratch (ids.go): the fast-path IDs of one
 	// execution, kept so that issuing them allocates nothing.
 	reqs []generator.Request
@@ -70,6 +74,7 @@ const (
 	hqRole
 	hqShim
 	hqIsolation
+	hqPID
 	hqFixed
 )
 
@@ -89,7 +94,7 @@ func mirrorSQL(dst []byte, names, rels []string) []byte {
 		"pg_catalog.current_setting('transaction_read_only'), current_user, "+
 		"EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "+
 		"WHERE n.nspname = 'snowflake' AND p.proname = '_currval'), "+
-		"pg_catalog.current_setting('transaction_isolation')"...)
+		"pg_catalog.current_setting('transaction_isolation'), pg_catalog.pg_backend_pid()"...)
 	for _, name := range names {
 		for _, col := range seqCols {
 			dst = append(dst, ", (SELECT "+col+" FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass("...)
@@ -139,6 +144,8 @@ func (m *mirror) apply(row []*string, names, rels []string) bool {
 	m.role = get(hqRole)
 	m.shim = get(hqShim) == "t"
 	m.isolation = get(hqIsolation)
+	pid, _ := strconv.ParseUint(get(hqPID), 10, 32)
+	m.pid = uint32(pid)
 	m.fresh = true
 	if m.seqs == nil {
 		m.seqs = map[string]seqInfo{}

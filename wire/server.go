@@ -2,7 +2,9 @@ package wire
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -148,7 +150,13 @@ type Server struct {
 	loopsFailed bool // no loops: they could not start, or the server closed
 
 	nextID atomic.Uint64
-	stats  struct {
+	// stmtTag and stmtSeq name the statements sessions prepare
+	// (simpleprep.go); pooledLogged: a session behind a pooler was
+	// logged.
+	stmtTag      string
+	stmtSeq      atomic.Uint64
+	pooledLogged atomic.Bool
+	stats        struct {
 		sessions, cancels, local, hidden, fast atomic.Uint64
 		localIDs                               atomic.Uint64
 		loopIn, handovers, preparedInserts     atomic.Uint64
@@ -216,6 +224,9 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger.With(logComponent, "wire"),
 		listeners: map[net.Listener]struct{}{}, sessions: map[*session]struct{}{}, closed: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	var tag [4]byte
+	_, _ = rand.Read(tag[:]) // never fails (crypto/rand)
+	s.stmtTag = hex.EncodeToString(tag[:])
 	s.maxClients.Store(int64(cfg.MaxClients))
 	s.idleTimeout.Store(int64(cfg.IdleClientTimeout))
 	return s, nil

@@ -111,11 +111,15 @@ type session struct {
 	portals       map[string]*stmtRec
 	unnamedPortal *stmtRec
 	stmtLive      bool // an unnamed statement may exist on the server
-	portalLive    bool // an unnamed portal may exist on the server
-	mirror        mirror
-	wouldWait     bool   // set on the event loop's thread instead of waiting (ids.go)
-	out           []byte // scratch for messages the client pump builds
-	vals          []plan.Value
+	// serverSeen: a mirror refresh has named the server process; pooled:
+	// one named another than the BackendKeyData's (simpleprep.go).
+	serverSeen bool
+	pooled     bool
+	portalLive bool // an unnamed portal may exist on the server
+	mirror     mirror
+	wouldWait  bool   // set on the event loop's thread instead of waiting (ids.go)
+	out        []byte // scratch for messages the client pump builds
+	vals       []plan.Value
 	// fastIDs is how many of vals the fast path issued (ids.go), so that
 	// a local answer can count them in Stats.LocalIDs.
 	fastIDs int
@@ -123,14 +127,13 @@ type session struct {
 	// the last execution unfilled, for Stats.Fallbacks.
 	slotFallback Fallback
 	// Simple-protocol INSERTs prepared by the session (simpleprep.go):
-	// by text with parameters, the texts seen once (hashes), the last
-	// number used in their names, and scratch for the text.
-	prepared    map[string]*preparedQuery
-	seen        map[uint64]struct{}
-	preparedSeq uint64
-	text        []byte
-	sout        []byte // scratch for the server pump
-	locked      bool   // the server pump holds wmu for the batch it relays
+	// by text with parameters, the texts seen once (hashes), and scratch
+	// for the text.
+	prepared map[string]*preparedQuery
+	seen     map[uint64]struct{}
+	text     []byte
+	sout     []byte // scratch for the server pump
+	locked   bool   // the server pump holds wmu for the batch it relays
 
 	// Event loop (loop.go). inLoop is true while an eventLoop relays the
 	// session; loopFD are the descriptors it polls (-1 otherwise, guarded

@@ -33,8 +33,18 @@ import (
 // Config.QueryInserts turns this off; Stats.PreparedInserts counts the
 // INSERTs sent prepared.
 //
-// The statements are named "snowflake-proxy insert N", N never reused in
-// the session, and are forgotten (not closed) with the client's DEALLOCATE
+// Not behind a connection pooler (PgBouncer, ...): in transaction mode the
+// next transaction may run on another server connection, where the
+// statement does not exist, or where another session prepared one under
+// the same name. A session is behind one when the server process that
+// answers its hidden queries (pg_backend_pid()) is not the one its
+// BackendKeyData names: poolers hand their clients keys of their own.
+// Until a hidden query has named the server process, nothing is prepared.
+//
+// The statements are named "snowflake-proxy insert T.N", T a random tag
+// of the proxy process and N never reused in it (so that a session can
+// never execute another's statement, even on a shared server connection),
+// and are forgotten (not closed) with the client's DEALLOCATE
 // ALL, DISCARD ALL or DEALLOCATE of one of them (effects, simple.go). What
 // the session keeps is bounded: at most maxPreparedQueries texts prepared,
 // of at most maxPreparedText bytes, and the texts seen once only as
@@ -71,7 +81,7 @@ type preparedQuery struct {
 // the Query.
 func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error) {
 	ss := (*session)(p)
-	if pl.Inserts == nil || !pl.Inserts.Plain || p.stmtLive || ss.cfg.QueryInserts {
+	if pl.Inserts == nil || !pl.Inserts.Plain || p.stmtLive || ss.cfg.QueryInserts || !p.serverSeen || p.pooled {
 		return false, nil
 	}
 	if safe, status := p.state(); !safe || status == 'E' {
@@ -140,10 +150,30 @@ func (p *clientPump) secondUse() *preparedQuery {
 	if p.prepared == nil {
 		p.prepared = map[string]*preparedQuery{}
 	}
-	p.preparedSeq++
-	pq := &preparedQuery{name: strconv.AppendUint([]byte(preparedQueryPrefix), p.preparedSeq, 10)}
+	name := append([]byte(preparedQueryPrefix), p.srv.stmtTag...)
+	name = append(name, '.')
+	pq := &preparedQuery{name: strconv.AppendUint(name, p.srv.stmtSeq.Add(1), 10)}
 	p.prepared[string(p.text)] = pq
 	return pq
+}
+
+// notePooler follows a mirror refresh: it tells whether the session
+// reaches its server through a pooler (see the top of this file), once
+// for good, and logs the first such session of the proxy.
+func (p *clientPump) notePooler() {
+	ss := (*session)(p)
+	if p.pooled || p.mirror.pid == 0 {
+		return
+	}
+	p.serverSeen = true
+	if p.mirror.pid == ss.backendPID {
+		return
+	}
+	p.pooled = true
+	if ss.srv.pooledLogged.CompareAndSwap(false, true) {
+		ss.log.Info("this session reaches the server through a connection pooler (its server process is not the one its BackendKeyData names): "+
+			"simple-protocol INSERTs of such sessions are not prepared", "server_pid", p.mirror.pid, "key_pid", ss.backendPID)
+	}
 }
 
 // forgetPrepared drops the record of the statement the client deallocated

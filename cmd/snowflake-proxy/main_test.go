@@ -85,6 +85,9 @@ func TestBadFlagsAndValues(t *testing.T) {
 		{"tls-require without cert", nil, []string{"--tls-require", "--upstream", srv.URL("postgres"), "--listen", "127.0.0.1:0"}, "--tls-require needs --tls-cert"},
 		{"client CA without cert", nil, []string{"--tls-client-ca", "/x.pem", "--upstream", srv.URL("postgres"), "--listen", "127.0.0.1:0"}, "--tls-client-ca needs --tls-cert"},
 		{"verify-full without root certificate", map[string]string{"HOME": "/nonexistent"}, []string{"--upstream", "postgres://u:hidden-pw@db.example/db?sslmode=verify-full"}, "needs the server's root certificate"},
+		{"control upstream without upstream", nil, []string{"--control-upstream", srv.URL("postgres"), "--listen", "127.0.0.1:0"}, "--control-upstream needs --upstream"},
+		{"bad control upstream", nil, []string{"--upstream", srv.URL("postgres"), "--control-upstream", "not a url", "--listen", "127.0.0.1:0"}, "invalid --control-upstream"},
+		{"unreachable control upstream", nil, []string{"--upstream", srv.URL("postgres"), "--control-upstream", "127.0.0.1:1", "--listen", "127.0.0.1:0"}, "--control-upstream: upstream"},
 		{"missing password file", nil, []string{"--upstream", "postgres://u@127.0.0.1:1/db?sslmode=disable", "--password-file", "/nonexistent/pw"}, "password file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 // winning when both are given.
 type options struct {
 	listen, upstream, dataDir string
+	controlUpstream           string
 	passwordFile              string
 	node                      int
 	nodeAuto                  bool   // --node auto
@@ -69,6 +70,7 @@ func (m *Main) flagSet(o *options) *flag.FlagSet {
 	fs.SetOutput(m.Stderr)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:6432", "address for clients")
 	fs.StringVar(&o.upstream, "upstream", "", "PostgreSQL to front: postgres:// URL or key=value settings as libpq takes them (sslmode, sslrootcert, sslcert, sslkey, ...), host:port, or a Unix-socket directory (empty: start an embedded private server)")
+	fs.StringVar(&o.controlUpstream, "control-upstream", "", "where the proxy's own connections go (leases, node claims, catalog watch), as --upstream takes it, when --upstream is a pooler such as PgBouncer in transaction mode: the same server, reached directly (empty: --upstream)")
 	fs.StringVar(&o.passwordFile, "password-file", "", "file holding the control password, when --upstream, PGPASSWORD and the libpq password file (PGPASSFILE, ~/.pgpass) give none")
 	fs.StringVar(&o.dataDir, "data-dir", app.DefaultDataDir(), "data directory of the embedded server (reused across runs)")
 	fs.Var(nodeFlag{&o.node, &o.nodeAuto}, "node", "this instance's snowflake.node, 1..1023, or auto: claim a free one in the upstream (see --node-range)")
@@ -218,7 +220,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		}
 		defer stop()
 	}
-	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, PasswordFile: o.passwordFile, DataDir: o.dataDir,
+	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, ControlUpstream: o.controlUpstream, PasswordFile: o.passwordFile, DataDir: o.dataDir,
 		Node: o.node, NodeAuto: o.nodeAuto, NodeMin: o.nodeMin, NodeMax: o.nodeMax, NodeSource: o.nodeSource,
 		TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 		TLSClientCA: o.tlsClientCA, RequireTLS: o.tlsRequire,

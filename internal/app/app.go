@@ -33,6 +33,13 @@ type Config struct {
 	// password are the control credentials), host:port, or a Unix-socket
 	// directory. Empty: start the embedded private server.
 	Upstream string
+	// ControlUpstream, when set, is where the proxy's own connections go
+	// (leases, node claims, the catalog watch, the readiness check), parsed
+	// as Upstream is, while client sessions go to Upstream: a pooler such
+	// as PgBouncer in transaction mode, which cannot carry the session
+	// state those connections hold. Both must reach the same server (Start
+	// checks). Empty: Upstream.
+	ControlUpstream string
 	// PasswordFile holds the control password when the upstream
 	// connection string, PGPASSWORD and the password file of libpq
 	// (PGPASSFILE, ~/.pgpass) give none.
@@ -94,22 +101,24 @@ type Config struct {
 
 // App is a running proxy.
 type App struct {
-	cfg       Config
-	log       *slog.Logger
-	ln        net.Listener
-	server    *wire.Server
-	services  *compat.Service
-	embedded  *pgserver.Server
-	closeMu   sync.Mutex
-	done      chan struct{}    // closed when Serve has returned
-	serveErr  error            // why Serve returned, nil after Close; set before done is closed
-	upstream  string           // connection string, password masked
-	clientTLS *clientTLS       // nil without TLS for clients
-	admin     *admin.Server    // nil without AdminListen
-	dials     *admin.Dials     // the upstream dial histogram; nil without AdminListen
-	probePool *pgxpool.Pool    // the readiness check's control connection
-	autoNode  *compat.AutoNode // the claim of NodeAuto; nil without it
-	closing   atomic.Bool      // Close has begun
+	cfg      Config
+	log      *slog.Logger
+	ln       net.Listener
+	server   *wire.Server
+	services *compat.Service
+	embedded *pgserver.Server
+	closeMu  sync.Mutex
+	done     chan struct{} // closed when Serve has returned
+	serveErr error         // why Serve returned, nil after Close; set before done is closed
+	upstream string        // connection string, password masked
+	// controlDisplay is ControlUpstream, password masked; empty without it.
+	controlDisplay string
+	clientTLS      *clientTLS       // nil without TLS for clients
+	admin          *admin.Server    // nil without AdminListen
+	dials          *admin.Dials     // the upstream dial histogram; nil without AdminListen
+	probePool      *pgxpool.Pool    // the readiness check's control connection
+	autoNode       *compat.AutoNode // the claim of NodeAuto; nil without it
+	closing        atomic.Bool      // Close has begun
 }
 
 // SetLimits changes the session limits while the proxy runs (wire.Server
@@ -194,6 +203,16 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 			return nil, err
 		}
 	}
+	var ctl upstream
+	if cfg.ControlUpstream != "" {
+		if cfg.Upstream == "" {
+			return nil, errors.New("--control-upstream needs --upstream: the embedded server takes both")
+		}
+		var err error
+		if ctl, err = parseUpstreamFlag("--control-upstream", cfg.ControlUpstream, cfg.PasswordFile); err != nil {
+			return nil, err
+		}
+	}
 	// The listener first: a taken address must fail before an embedded
 	// server is initialised or started for nothing.
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -243,6 +262,18 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 			return nil, fmt.Errorf("embedded PostgreSQL: %w (the proxy signs in with the password in %s)", err, a.embedded.PasswordFile())
 		}
 		return nil, err
+	}
+	if cfg.ControlUpstream != "" {
+		if err := checkSameServer(ctx, up, ctl, cfg.UpstreamCheckTimeout); err != nil {
+			return nil, err
+		}
+		up.controlURL = ctl.controlURL
+		a.controlDisplay = ctl.display
+	}
+	if a.embedded == nil {
+		if err := checkControlDirect(ctx, up, cfg.ControlUpstream != "", cfg.UpstreamCheckTimeout); err != nil {
+			return nil, err
+		}
 	}
 	var nodeCheck func() error
 	if cfg.NodeAuto {
@@ -343,8 +374,13 @@ func checkUpstream(ctx context.Context, up upstream, timeout time.Duration) erro
 }
 
 // Upstream describes the upstream for logs and the ready line, its
-// password masked.
-func (a *App) Upstream() string { return a.upstream }
+// password masked; with ControlUpstream, both.
+func (a *App) Upstream() string {
+	if a.controlDisplay != "" {
+		return a.upstream + ", control connections to " + a.controlDisplay
+	}
+	return a.upstream
+}
 
 // unreachableError is the start-up check's failure, on one line.
 type unreachableError struct {

@@ -14,8 +14,11 @@
 //   - app.go: Config, Start, Close, Reload, the accessors; with NodeAuto
 //     the node is claimed (compat.ClaimNode) before anything uses it, and
 //     released after the services.
-//   - upstream.go: parsing --upstream (libpq's connection strings, sslmode
-//     and its environment) into where sessions and control connections go.
+//   - upstream.go: parsing --upstream and --control-upstream (libpq's
+//     connection strings, sslmode and its environment) into where sessions
+//     and control connections go.
+//   - control.go: the start-up checks that the control connections reach
+//     the sessions' server, and not through a pooler in transaction mode.
 //   - clienttls.go: the TLS offered to clients, reloadable.
 //   - nodecheck.go: the start-up warning when the server's snowflake.node
 //     differs from --node.

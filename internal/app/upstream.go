@@ -39,13 +39,19 @@ type upstream struct {
 // passwordFile, when set and no password was given otherwise, holds the
 // password.
 func parseUpstream(s, passwordFile string) (upstream, error) {
-	cs, err := connString(s)
+	return parseUpstreamFlag("--upstream", s, passwordFile)
+}
+
+// parseUpstreamFlag is parseUpstream for the setting named flag
+// (--upstream, --control-upstream), which its errors name.
+func parseUpstreamFlag(flag, s, passwordFile string) (upstream, error) {
+	cs, err := connString(flag, s)
 	if err != nil {
 		return upstream{}, err
 	}
 	cfg, err := pgconn.ParseConfig(cs)
 	if err != nil {
-		return upstream{}, fmt.Errorf("invalid --upstream: %w", err)
+		return upstream{}, fmt.Errorf("invalid %s: %w", flag, err)
 	}
 	if mode, _, name := tlsModeOf(cfg); mode == wire.TLSRequire && cfg.TLSConfig.RootCAs == nil {
 		// libpq's default root certificate file: with it, require
@@ -53,19 +59,19 @@ func parseUpstream(s, passwordFile string) (upstream, error) {
 		// verify-full cannot work.
 		root := defaultRootCert()
 		if root == "" && name != "require" {
-			return upstream{}, errors.New("invalid --upstream: sslmode=" + name +
+			return upstream{}, errors.New("invalid " + flag + ": sslmode=" + name +
 				" needs the server's root certificate: add sslrootcert=<file> (your provider's CA bundle) or sslrootcert=system (the system's trusted roots), or choose an sslmode that does not verify the server")
 		}
 		if root != "" {
 			cs = withSetting(cs, "sslrootcert", root)
 			if cfg, err = pgconn.ParseConfig(cs); err != nil {
-				return upstream{}, fmt.Errorf("invalid --upstream: %w", err)
+				return upstream{}, fmt.Errorf("invalid %s: %w", flag, err)
 			}
 		}
 	}
 	for _, fb := range cfg.Fallbacks {
 		if fb.Host != cfg.Host || fb.Port != cfg.Port {
-			return upstream{}, errors.New("invalid --upstream: several hosts are not supported; give the one server the proxy fronts")
+			return upstream{}, errors.New("invalid " + flag + ": several hosts are not supported; give the one server the proxy fronts")
 		}
 	}
 	if cfg.Password == "" && passwordFile != "" {
@@ -87,18 +93,18 @@ func parseUpstream(s, passwordFile string) (upstream, error) {
 
 // connString turns the shorthands into a connection string pgconn
 // parses; URLs and key=value strings pass unchanged.
-func connString(s string) (string, error) {
+func connString(flag, s string) (string, error) {
 	user := os.Getenv("PGUSER")
 	if user == "" {
 		user = "postgres"
 	}
 	switch {
 	case s == "":
-		return "", errors.New("invalid --upstream: empty")
+		return "", errors.New("invalid " + flag + ": empty")
 	case strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://"):
 		u, err := url.Parse(s)
 		if err != nil {
-			return "", fmt.Errorf("invalid --upstream URL: %w", maskURLError(err))
+			return "", fmt.Errorf("invalid %s URL: %w", flag, maskURLError(err))
 		}
 		if u.User == nil {
 			u.User = url.User(user)
@@ -125,7 +131,7 @@ func connString(s string) (string, error) {
 		err = perr
 	}
 	if err != nil {
-		return "", fmt.Errorf("invalid --upstream %q: want a postgres:// URL, key=value settings, host:port or a Unix socket directory", s)
+		return "", fmt.Errorf("invalid %s %q: want a postgres:// URL, key=value settings, host:port or a Unix socket directory", flag, s)
 	}
 	u := &url.URL{Scheme: "postgres", User: url.User(user), Host: net.JoinHostPort(host, port), Path: "/postgres"}
 	return u.String(), nil
