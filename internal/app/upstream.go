@@ -71,7 +71,8 @@ func parseUpstreamFlag(flag, s, passwordFile string) (upstream, error) {
 	}
 	for _, fb := range cfg.Fallbacks {
 		if fb.Host != cfg.Host || fb.Port != cfg.Port {
-			return upstream{}, errors.New("invalid " + flag + ": several hosts are not supported; give the one server the proxy fronts")
+			return upstream{}, errors.New("invalid " + flag + ": several hosts are not supported; give the one server the proxy fronts " +
+				"(to follow a failover: an address that moves to the new primary, such as a virtual IP, a DNS name or HAProxy, or restart the proxy with the new primary's)")
 		}
 	}
 	if cfg.Password == "" && passwordFile != "" {
