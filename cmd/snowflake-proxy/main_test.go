@@ -88,6 +88,7 @@ func TestBadFlagsAndValues(t *testing.T) {
 		{"control upstream without upstream", nil, []string{"--control-upstream", srv.URL("postgres"), "--listen", "127.0.0.1:0"}, "--control-upstream needs --upstream"},
 		{"bad control upstream", nil, []string{"--upstream", srv.URL("postgres"), "--control-upstream", "not a url", "--listen", "127.0.0.1:0"}, "invalid --control-upstream"},
 		{"unreachable control upstream", nil, []string{"--upstream", srv.URL("postgres"), "--control-upstream", "127.0.0.1:1", "--listen", "127.0.0.1:0"}, "--control-upstream: upstream"},
+		{"control upstream from env", map[string]string{"SNOWFLAKE_PROXY_CONTROL_UPSTREAM": "127.0.0.1:1"}, []string{"--upstream", srv.URL("postgres"), "--listen", "127.0.0.1:0"}, "--control-upstream: upstream"},
 		{"missing password file", nil, []string{"--upstream", "postgres://u@127.0.0.1:1/db?sslmode=disable", "--password-file", "/nonexistent/pw"}, "password file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
