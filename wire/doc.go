@@ -178,7 +178,10 @@
 // and Sync of a statement named by the proxy; the server pump swallows
 // ParseComplete and BindComplete (owedHiddenParse, owedHiddenBind), so the
 // client gets the Query's response. The server then plans the INSERT once
-// per session instead of once per execution.
+// per session instead of once per execution. Not behind a connection
+// pooler, which may run the next transaction on another server connection:
+// a session is behind one when pg_backend_pid(), read by the mirror query,
+// is not the pid of its BackendKeyData.
 //
 // # Debugging
 //
