@@ -311,3 +311,51 @@ func TestStoppedProxyReleasesItsLease(t *testing.T) {
 		t.Fatalf("the next run's first ID %v (%d ms ahead of the server) after %v", generator.Decode(next), ahead, generator.Decode(last))
 	}
 }
+
+// A failover to a standby that had not received the latest leases: the
+// promoted server's H and S are older than what the running proxy issued.
+// Its next lease raises both above everything it issued, so neither its
+// fast path nor (after that lease) the shim gives those IDs again. (A shim
+// call before that lease reads the older S: docs/state-model.md asks for a
+// synchronous standby.)
+func TestLeaseAfterTheServerLostItsRecord(t *testing.T) {
+	url, c, db, oid := shimDB(t)
+	mustExec(t, c, "ALTER SEQUENCE s INCREMENT 4096") // one ms per ID: IDs run ahead of the clock
+	mustExec(t, c, "SET snowflake.node = 5")
+	svc, err := New(Config{ControlURL: url, Node: 5, Heartbeat: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close(ctxT(t)) })
+	issue := func() int64 {
+		reqs := []generator.Request{{Seq: oid, Inc: 4096}}
+		if err := svc.NextvalBatch(ctxT(t), db, 5, reqs); err != nil {
+			t.Fatal(err)
+		}
+		return reqs[0].ID
+	}
+	first := issue()
+	var last int64
+	for range 3000 {
+		last = issue()
+	}
+	// What the promoted standby holds: the state from before those IDs.
+	mustExec(t, c, fmt.Sprintf("SELECT setval('snowflake._hw_%d_5', $1), setval('s', $1)", oid), first)
+	// A statement through the shim fences, so the next ID waits for a
+	// renewal that asks for no particular position.
+	svc.Fence(db, oid)
+	next := issue()
+	if next <= last {
+		t.Fatalf("after the server lost its record the fast path gave %v, not above %v", generator.Decode(next), generator.Decode(last))
+	}
+	// The lease that next came from raised S above what was issued.
+	for range 3000 {
+		next = issue() // until a renewal has reported them
+		if queryInt(t, c, "SELECT last_value FROM s") >= last {
+			break
+		}
+	}
+	if shim := queryInt(t, c, "SELECT snowflake.nextval('s')"); shim <= last {
+		t.Fatalf("the shim gave %v after the fast path's %v", generator.Decode(shim), generator.Decode(last))
+	}
+}

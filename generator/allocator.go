@@ -288,8 +288,11 @@ func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 	// (equivalence suite, increment.sql); the price is a store round trip
 	// per ID while IDs run that far ahead. The extension has no bound at
 	// all there; sleeping for the clock would stall clients.
+	// At least one past the previous lease: a store that lost its record of
+	// it (a failover to a standby that lagged) is raised above everything
+	// this allocator may have issued, instead of granting less.
 	want := Position(a.g.clock.NowMs()+a.g.leaseMs, MaxCount)
-	want = min(max(want, need), MaxPosition)
+	want = min(max(want, need, prevHi+1), MaxPosition)
 	issued := a.last.Load()
 	if issued <= a.jumpedTo || issued <= a.reported {
 		issued = 0 // nothing issued since the jump or the last report

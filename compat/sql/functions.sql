@@ -373,7 +373,8 @@ BEGIN
     h_pos := coalesce(pg_sequence_last_value(hw), 0);
     h_pos := (((h_pos >> 22) & 2199023255551) << 12) | (h_pos & 4095);
 
-    -- What the proxy issued lies inside its previous lease, below H. When
+    -- What the proxy issued lies inside its previous lease (below H, or
+    -- below prev_hi_pos where a failover lost the lease's record). When
     -- H is not where that lease ended (a first lease, or another run of
     -- this node), positions up to H may have been issued unreported: the
     -- proxy continues above H, and S is raised to it so that shim IDs
@@ -381,8 +382,8 @@ BEGIN
     IF h_pos <> prev_hi_pos THEN
         issued_pos := h_pos;
     END IF;
-    IF least(issued_pos, h_pos) > s_pos THEN
-        s_pos := least(issued_pos, h_pos);
+    IF least(issued_pos, greatest(h_pos, prev_hi_pos)) > s_pos THEN
+        s_pos := least(issued_pos, greatest(h_pos, prev_hi_pos));
         done := setval(seq, ((s_pos >> 12) << 22) | (node::bigint << 12) | (s_pos & 4095), true);
     END IF;
 
