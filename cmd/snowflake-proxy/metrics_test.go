@@ -176,10 +176,13 @@ log-level = "info"
 	if len(wantFallbacks) > 0 {
 		t.Errorf("fallback reasons missing from /metrics: %v", wantFallbacks)
 	}
-	// The first fast-path ID of s waited for its first lease, the last one
-	// for a fresh one above the per-row calls' (a fence).
-	if r, w := delta("snowflake_proxy_lease_renewals_total"), delta("snowflake_proxy_lease_waits_total"); r < 2 || w < 2 {
-		t.Errorf("lease renewals moved by %v, waits by %v: want at least 2 each", r, w)
+	// The first fast-path ID of s needed its first lease, the last one a
+	// fresh one above the per-row calls' (a fence). Whether a caller
+	// blocked for them (lease waits) depends on timing: an event loop hands
+	// the statement over and the renewal may be done before it asks again
+	// (generator's TestLeaseStats counts waits exactly).
+	if r := delta("snowflake_proxy_lease_renewals_total"); r < 2 {
+		t.Errorf("lease renewals moved by %v, want at least 2", r)
 	}
 	if v := after.Value(t, "snowflake_proxy_node_claim", "database", db, "state", "held"); v != 1 {
 		t.Errorf("node claim on %s not held: %v", db, v)
