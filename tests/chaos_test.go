@@ -50,7 +50,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Close(cancelledContext()) })
-	b := &proxyProcess{bin: bin, upstream: srv.URL("postgres"), node: 6, port: freePort(t)}
+	b := &proxyProcess{bin: bin, upstream: srv.URL("postgres"), node: 6, port: mustFreePort(t)}
 	b.start(t)
 	t.Cleanup(b.kill)
 
@@ -380,13 +380,11 @@ func proxyBinary(t *testing.T) string {
 	return bin
 }
 
-// freePort returns a TCP port nothing listens on now.
-func freePort(t *testing.T) int {
+func mustFreePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := pgtest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }

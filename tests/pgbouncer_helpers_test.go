@@ -3,10 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -318,28 +315,16 @@ func backendPID(t *testing.T, conn *pgx.Conn) int32 {
 	return pid
 }
 
-// metric reads one counter of the proxy's admin listener.
-func metric(t *testing.T, a *app.App, name string) int64 {
+// metric reads one counter of the proxy's admin listener, named as the
+// exposition names it: family{label="value",...}.
+func metric(t *testing.T, a *app.App, series string) int64 {
 	t.Helper()
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get("http://" + a.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, name+" "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("metric %s = %q: %v", name, v, err)
-			}
-			return int64(n)
+	name, rest, _ := strings.Cut(series, "{")
+	var labels []string
+	for _, kv := range strings.Split(strings.TrimSuffix(rest, "}"), ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			labels = append(labels, k, strings.Trim(v, `"`))
 		}
 	}
-	t.Fatalf("no metric %s in /metrics", name)
-	return 0
+	return int64(pgtest.Scrape(t, a.AdminAddr()).Value(t, name, labels...))
 }

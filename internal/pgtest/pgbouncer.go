@@ -97,7 +97,7 @@ func StartPgBouncer(tb testing.TB, o PgBouncerOptions) *PgBouncer {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-	port, err := freeTCPPort()
+	port, err := FreePort()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -274,7 +274,8 @@ func daemonUser() (uid, gid int, cred *syscall.Credential, err error) {
 	return uid, gid, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-func freeTCPPort() (int, error) {
+// FreePort returns a TCP port of 127.0.0.1 that nothing listens on now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("pgtest: free port: %w", err)
