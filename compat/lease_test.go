@@ -241,3 +241,34 @@ func TestServiceControlSessions(t *testing.T) {
 		t.Fatal("Nextval after Close")
 	}
 }
+
+// Regression: a lease waits for the sequence's lock, and nothing bounded
+// that wait: a transaction that altered the sequence and stayed open held
+// up the renewal, and every session waiting for it, for good. The lease
+// now fails after LeaseStore.Timeout.
+func TestLeaseTimesOutOnALockedSequence(t *testing.T) {
+	url, locker, db, oid := shimDB(t)
+	st := leaseStore(t, url)
+	st.Timeout = 200 * time.Millisecond
+	mustExec(t, locker, "BEGIN")
+	mustExec(t, locker, "ALTER SEQUENCE s INCREMENT 2")
+	key := generator.Key{Database: db, Seq: oid, Node: 1}
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.Lease(context.Background(), key, 0, 1, 0) // no deadline of its own
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var pe interface{ SQLState() string }
+		if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &pe) && pe.SQLState() == "57014") {
+			t.Fatalf("lease on a locked sequence: %v, want the lease's timeout", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lease still waits for the sequence's lock after 30s")
+	}
+	mustExec(t, locker, "ROLLBACK")
+	if _, err := st.Lease(ctxT(t), key, 0, 1, 0); err != nil {
+		t.Fatalf("lease once the lock is gone: %v", err)
+	}
+}

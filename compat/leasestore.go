@@ -18,6 +18,9 @@ import (
 // The shim answers those calls meanwhile, so the delay is harmless.
 const noShimBackoff = time.Second
 
+// DefaultLeaseTimeout is LeaseStore.Timeout's default.
+const DefaultLeaseTimeout = 10 * time.Second
+
 // ErrNoShim is returned (wrapped) when the database has no shim installed,
 // or one older than this proxy (without the _lease it calls).
 var ErrNoShim = errors.New("compat: the snowflake shim is not installed in this database, or predates this proxy (ALTER EXTENSION snowflake UPDATE)")
@@ -33,6 +36,11 @@ type poolSource interface {
 // returns).
 type LeaseStore struct {
 	pools poolSource
+	// Timeout bounds each lease and release: a sequence locked by another
+	// transaction (ALTER SEQUENCE in an open transaction block) makes
+	// _lease wait, and the renewal must fail, not hang the sessions
+	// waiting for it. 0: DefaultLeaseTimeout.
+	Timeout time.Duration
 	// serverClock, when set, receives the server's clock as read by each
 	// lease (see serverBoundClock).
 	serverClock func(serverMs int64)
@@ -66,6 +74,8 @@ func (l *LeaseStore) Lease(ctx context.Context, key generator.Key, prevHi, wantH
 	if err != nil {
 		return generator.Lease{}, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout())
+	defer cancel()
 	var lease generator.Lease
 	var serverMs int64
 	if err := p.QueryRow(ctx, leaseQuery, key.Seq, int32(key.Node), prevHi, wantHi, issued).Scan(&lease.Lo, &lease.Hi, &lease.Floor, &serverMs); err != nil {
@@ -89,10 +99,19 @@ func (l *LeaseStore) Release(ctx context.Context, key generator.Key, hi, issued 
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout())
+	defer cancel()
 	if _, err := p.Exec(ctx, releaseQuery, key.Seq, int32(key.Node), hi, issued); err != nil {
 		return l.wrap(key, "release", err)
 	}
 	return nil
+}
+
+func (l *LeaseStore) timeout() time.Duration {
+	if l.Timeout > 0 {
+		return l.Timeout
+	}
+	return DefaultLeaseTimeout
 }
 
 func (l *LeaseStore) shimKnownMissing(database string) error {
