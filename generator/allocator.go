@@ -15,10 +15,11 @@ import (
 //
 //   - only a renewal writes hi, and only one renewal runs at a time;
 //   - hi only grows; a renewal that must jump (foreign issuance) raises last
-//     to Lo or Floor before it publishes the new hi. An issuer that read the old hi
-//     can only issue p <= old hi <= Lo, and its CAS fails if the jump came
+//     to Lo or Floor before it publishes the new hi. An issuer that read the
+//     old hi can only issue p <= old hi, and its CAS fails if the jump came
 //     first; an issuer that read the new hi also sees the jump. So every
-//     issued position lies in a lease and above anything issued by others.
+//     issued position lies in a lease and above anything issued by others
+//     in its range.
 type allocator struct {
 	g   *Generator
 	key Key
@@ -65,7 +66,7 @@ func (a *allocator) seal() int64 {
 	}
 }
 
-// clockWaitMs bounds how long a fenced renewal waits for the clock.
+// clockWaitMs bounds how long a renewal waits for the clock.
 const clockWaitMs = 10
 
 // awaitClockPast waits, a few ms at most, until the clock has passed the
