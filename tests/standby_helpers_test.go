@@ -2,12 +2,14 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +30,7 @@ type standbyPair struct {
 }
 
 // startStandbyPair starts a primary that allows replication, takes a base
-// backup of it with pg_basebackup -R (as the server's OS user when root) and
-// starts that copy as a hot standby.
+// backup of it (baseBackup) and starts that copy as a hot standby.
 func startStandbyPair(t *testing.T) *standbyPair {
 	t.Helper()
 	hba := []string{
@@ -63,18 +64,11 @@ func startStandbyPair(t *testing.T) *standbyPair {
 	dataDir := filepath.Join(root, "data")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := primary.Command(ctx, "pg_basebackup",
-		"-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port()), "-U", primary.Superuser(),
-		"-D", dataDir, "-R", "-X", "stream", "-c", "fast", "--no-sync")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pg_basebackup: %v: %s", err, out)
-	}
-	if _, err := os.Stat(filepath.Join(dataDir, "standby.signal")); err != nil {
-		t.Fatalf("pg_basebackup -R wrote no standby.signal: %v", err)
-	}
+	baseBackup(t, ctx, primary, dataDir)
 	// pgserver reuses an existing cluster: it rewrites its own conf include
 	// and pg_hba.conf (new port and socket directory) and keeps
-	// standby.signal and primary_conninfo from postgresql.auto.conf.
+	// standby.signal, primary_conninfo and primary_slot_name from
+	// postgresql.auto.conf.
 	standby, err := pgserver.Start(ctx, pgserver.Options{
 		BinDir:  primary.BinDir(),
 		DataDir: dataDir,
@@ -108,6 +102,126 @@ func startStandbyPair(t *testing.T) *standbyPair {
 	}
 	_ = c.Close(ctx)
 	return p
+}
+
+// baseBackup copies primary's data directory into dataDir as a standby of
+// it, as pg_basebackup -R does, with the low-level backup functions and a
+// copy of the files: the binaries installed from npm (pgtest.InstallMajor)
+// have no pg_basebackup, and one of another major version refuses the
+// server. A physical replication slot, made before the backup starts,
+// keeps the WAL the standby needs until it streams from the primary.
+func baseBackup(t *testing.T, ctx context.Context, primary *pgserver.Server, dataDir string) {
+	t.Helper()
+	c := connectURL(t, primary.URL("postgres"))
+	defer c.Close(ctx)
+	var num int
+	if err := c.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
+		t.Fatal(err)
+	}
+	start, stop := "SELECT pg_backup_start('standby', true)", "SELECT labelfile FROM pg_backup_stop(false)"
+	if num < 150000 {
+		start, stop = "SELECT pg_start_backup('standby', true, false)", "SELECT labelfile FROM pg_stop_backup(false, false)"
+	}
+	for _, sql := range []string{"SELECT pg_create_physical_replication_slot('standby', true)", start} {
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("primary: %s: %v", sql, err)
+		}
+	}
+	if err := copyDataDir(primary, primary.DataDir(), dataDir); err != nil {
+		t.Fatalf("copying the primary's data directory: %v", err)
+	}
+	var label string
+	if err := c.QueryRow(ctx, stop).Scan(&label); err != nil {
+		t.Fatalf("primary: %s: %v", stop, err)
+	}
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s", primary.Port(), primary.Superuser())
+	auto, err := os.ReadFile(filepath.Join(dataDir, "postgresql.auto.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auto = fmt.Appendf(auto, "primary_conninfo = '%s'\nprimary_slot_name = 'standby'\n", conninfo)
+	for name, content := range map[string][]byte{
+		"backup_label":         []byte(label),
+		"standby.signal":       nil,
+		"postgresql.auto.conf": auto,
+	} {
+		path := filepath.Join(dataDir, name)
+		if err := os.WriteFile(path, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := primary.Own(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// backupSkipsContents are the directories of a data directory whose
+// contents a base backup leaves out, as pg_basebackup does: WAL (streamed
+// instead; its subdirectories are kept), replication slots, and state that
+// a starting server makes afresh.
+var backupSkipsContents = map[string]bool{
+	"pg_wal": true, "pg_replslot": true, "pg_dynshmem": true, "pg_notify": true,
+	"pg_serial": true, "pg_snapshots": true, "pg_stat_tmp": true, "pg_subtrans": true,
+}
+
+// copyDataDir copies the data directory src, which its server is writing,
+// into dst (new), with the files' modes, owned by srv's OS user. Files that
+// go away during the copy are skipped (the backup's WAL covers them).
+func copyDataDir(srv *pgserver.Server, src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		top := strings.SplitN(rel, string(filepath.Separator), 2)[0]
+		switch {
+		case d.IsDir() && top != rel && top != "pg_wal" && backupSkipsContents[top]:
+			return filepath.SkipDir
+		case d.IsDir():
+			if err := os.Mkdir(target, info.Mode().Perm()); err != nil {
+				return err
+			}
+			return srv.Own(target)
+		case !info.Mode().IsRegular():
+			return fmt.Errorf("%s: not a regular file or directory", path)
+		case backupSkipsContents[top], rel == "postmaster.pid", rel == "postmaster.opts", d.Name() == "pg_internal.init":
+			return nil
+		}
+		in, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, info.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		if err := out.Close(); err != nil {
+			return err
+		}
+		return srv.Own(target)
+	})
 }
 
 // connectURL opens a pgx connection (default exec mode), closed at the end

@@ -1,17 +1,3 @@
-// Package pgtest gives tests a real PostgreSQL: one private server per test
-// binary, started on first use and stopped by Main. Tests never use a mock
-// database.
-//
-//	func TestMain(m *testing.M) { pgtest.Main(m) }
-//	func TestX(t *testing.T) { srv := pgtest.Shared(t); ... }
-//
-// Files:
-//
-//   - pgtest.go: the shared and per-test servers, test databases, Exec.
-//   - pgbouncer.go: a real PgBouncer (the installed program) in front of a
-//     server or a proxy, stopped at the end of the test.
-//   - tls.go: certificate authorities and TLS servers made per test.
-//   - syncbuffer.go: a buffer other goroutines write while a test reads.
 package pgtest
 
 import (
@@ -53,12 +39,15 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// Shared returns the test binary's server, starting it on first use. It
-// fails the test when no server binaries exist.
+// Shared returns the test binary's server (from DefaultBinDir), starting it
+// on first use. It fails the test when no server binaries exist.
 func Shared(tb testing.TB) *pgserver.Server {
 	tb.Helper()
 	once.Do(func() {
-		shared, initErr = pgserver.Start(context.Background(), pgserver.Options{Settings: testSettings})
+		var bin string
+		if bin, initErr = DefaultBinDir(); initErr == nil {
+			shared, initErr = pgserver.Start(context.Background(), pgserver.Options{BinDir: bin, Settings: testSettings})
+		}
 	})
 	if initErr != nil {
 		tb.Fatalf("pgtest: cannot start PostgreSQL: %v", initErr)
@@ -67,9 +56,16 @@ func Shared(tb testing.TB) *pgserver.Server {
 }
 
 // Start starts a dedicated server for one test (custom HBA or settings),
-// stopped at the end of the test.
+// stopped at the end of the test. An empty o.BinDir is DefaultBinDir.
 func Start(tb testing.TB, o pgserver.Options) *pgserver.Server {
 	tb.Helper()
+	if o.BinDir == "" {
+		d, err := DefaultBinDir()
+		if err != nil {
+			tb.Fatalf("pgtest: %v", err)
+		}
+		o.BinDir = d
+	}
 	if o.Settings == nil {
 		o.Settings = map[string]string{}
 	}
