@@ -44,7 +44,14 @@ type testEnv struct {
 func newEnv(t testing.TB, node int) *testEnv {
 	t.Helper()
 	srv := pgtest.Shared(t)
-	e := &testEnv{srv: srv, db: pgtest.NewDatabase(t, srv), node: node}
+	return newEnvOn(t, srv, pgtest.NewDatabase(t, srv), node)
+}
+
+// newEnvOn starts a proxy with --node node in front of srv, for the
+// existing database db.
+func newEnvOn(t testing.TB, srv *pgserver.Server, db string, node int) *testEnv {
+	t.Helper()
+	e := &testEnv{srv: srv, db: db, node: node}
 	e.app = startProxy(t, srv, node, "127.0.0.1:0")
 	t.Cleanup(func() {
 		// The test's own connections are closed by now; sessions still
