@@ -42,17 +42,24 @@ type edit struct {
 	slot       plan.Slot
 }
 
-// analyze parses sql and builds its plan. Any failure, including a panic
-// in the parser bindings or in the analysis, yields plan.Passthrough. The
+// analyze parses sql and builds its plan. Text that does not parse, and
+// any failure of the analysis (a panic in the parser bindings included),
+// yields plan.Unparsed: forwarded as written, with every effect assumed
+// (regression: as plan.Passthrough, a PostgreSQL 18 statement that
+// changed a column default, or called snowflake.nextval, left the session
+// filling the old default and issuing fast-path IDs below the shim's). The
 // plan's template holds slices of sql: callers pass a string they own.
 func analyze(sql string) (p *plan.Plan) {
 	defer func() {
 		if recover() != nil {
-			p = plan.Passthrough
+			p = plan.Unparsed
 		}
 	}()
 	tree, err := pg_query.Parse(sql)
-	if err != nil || len(tree.Stmts) == 0 {
+	if err != nil {
+		return plan.Unparsed
+	}
+	if len(tree.Stmts) == 0 {
 		return plan.Passthrough
 	}
 	a := &analyzer{sql: sql}

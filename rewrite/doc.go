@@ -36,5 +36,7 @@
 // What the package deliberately leaves to the server (and so to the SQL
 // shim): every call it cannot prove to be evaluated exactly once per
 // execution, calls with arguments other than a literal sequence name, and
-// everything that does not parse.
+// everything that does not parse (newer syntax than pg_query_go's grammar,
+// PostgreSQL 17): plan.Unparsed, after which the session assumes any state
+// may have changed and IDs may have been issued in the shim.
 package rewrite

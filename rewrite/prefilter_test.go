@@ -60,10 +60,32 @@ func TestNeedsParse(t *testing.T) {
 
 func TestPlanPassthroughIsShared(t *testing.T) {
 	r := New(Config{})
-	for _, sql := range []string{"SELECT 1", "SELECT snowflake.get_node(id) FROM t", "SELECT snowflake.nextval(", "SHOW search_path"} {
+	for _, sql := range []string{"SELECT 1", "SELECT snowflake.get_node(id) FROM t", "SHOW search_path"} {
 		if p := r.Plan(sql); p != plan.Passthrough {
 			t.Errorf("Plan(%q) = %+v, want plan.Passthrough", sql, p)
 		}
+	}
+}
+
+// TestPlanUnparsedAssumesEveryEffect: text the proxy must read and cannot
+// (an error, or PostgreSQL 18 syntax) is forwarded as written, and the
+// session must assume it changed state, DDL included, and issued IDs in
+// the shim (regression: it got plan.Passthrough, no effects at all).
+func TestPlanUnparsedAssumesEveryEffect(t *testing.T) {
+	r := New(Config{})
+	for _, sql := range []string{
+		"SELECT snowflake.nextval(",
+		"INSERT INTO t (id) VALUES (snowflake.nextval()) RETURNING WITH (NEW AS n) n.id",
+		"ALTER TABLE t ALTER COLUMN id SET DEFAULT 0, ADD COLUMN d int GENERATED ALWAYS AS (1) VIRTUAL",
+	} {
+		p := r.Plan(sql)
+		if p != plan.Unparsed {
+			t.Errorf("Plan(%q) = %+v, want plan.Unparsed", sql, p)
+		}
+	}
+	want := plan.TouchMirror&^plan.TouchAll | plan.TouchCatalog | plan.TouchShim | plan.TouchSequence
+	if got := plan.Unparsed.Touches; got != want || plan.Unparsed.Template != nil {
+		t.Errorf("plan.Unparsed: touches %b, template %v; want touches %b and no template", got, plan.Unparsed.Template, want)
 	}
 }
 

@@ -52,8 +52,8 @@ func New(cfg Config) *Rewriter {
 }
 
 // Plan returns the plan for sql. It never returns nil and never panics:
-// text that does not parse, or whose analysis fails, gets plan.Passthrough
-// so that the server reports the error. The plan is shared (cached) and
+// text that does not parse, or whose analysis fails, gets plan.Unparsed,
+// forwarded as written for the server to run or refuse. The plan is shared (cached) and
 // must not be modified; it does not retain sql (callers may reuse the
 // bytes of sql once Plan returns).
 func (r *Rewriter) Plan(sql string) *plan.Plan {

@@ -151,6 +151,15 @@ type Plan struct {
 // Passthrough is the plan for text the proxy does not need to touch.
 var Passthrough = &Plan{}
 
+// Unparsed is the plan for text the proxy had to read and could not: newer
+// syntax than its parser's (a PostgreSQL 18 statement), or an error the
+// server will report. It is forwarded as written, and the session assumes
+// the worst of it: that it may have changed the state the session mirrors
+// or the catalog, issued IDs in the shim, or set a sequence. Not that it
+// removed prepared statements: the session would forget some that still
+// exist.
+var Unparsed = &Plan{Touches: TouchNode | TouchSearchPath | TouchReadOnly | TouchCatalog | TouchRole | TouchShim | TouchSequence}
+
 // IDSlots counts the slots filled with generated int8 values.
 func (t *Template) IDSlots() int {
 	n := 0
