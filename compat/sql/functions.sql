@@ -74,14 +74,24 @@ DECLARE
     ms bigint;
     cnt bigint;
     v bigint;
-    s_last bigint;
     done bigint;
     ok boolean;
 BEGIN
-    -- Checks in the order of the built-in nextval. Plain function calls
-    -- only (no queries): this is the hot path of every shim call.
-    -- pg_sequence_last_value raises PostgreSQL's own "is not a sequence".
-    s_last := pg_sequence_last_value(seq);
+    -- Checks in the order of the extension's nextval. Plain function calls
+    -- only for a sequence (no queries): this is the hot path of every shim
+    -- call.
+    -- A relation that does not exist (nextval(0)): relation_open's error,
+    -- as in the extension. pg_relation_filenode is NULL only for such an
+    -- OID and for relations without storage: the catalog is read only then.
+    IF pg_relation_filenode(seq) IS NULL THEN
+        IF NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = seq) THEN
+            RAISE EXCEPTION 'could not open relation with OID %', seq::oid
+                USING ERRCODE = 'internal_error';
+        END IF;
+    END IF;
+    -- has_sequence_privilege raises "is not a sequence" for any other
+    -- relation, the extension's text in every PostgreSQL version (not
+    -- pg_sequence_last_value: PostgreSQL 18 says "cannot open relation").
     IF NOT has_sequence_privilege(who, seq, 'USAGE, UPDATE')
        OR (who <> session_user
            AND NOT pg_has_role(session_user, who, 'MEMBER')
@@ -217,18 +227,30 @@ BEGIN
 END
 $fn$;
 
--- _currval_check raises the errors of the built-in currval for seq.
+-- _currval_check raises the errors of the extension's currval for seq.
 CREATE OR REPLACE FUNCTION snowflake._currval_check(seq regclass, val bigint) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    v bigint;
 BEGIN
-    -- pg_sequence_last_value raises the built-in errors with their texts:
-    -- "is not a sequence", and "permission denied for sequence" without
-    -- SELECT or USAGE (checked for the caller: this is not SECURITY DEFINER).
-    v := pg_sequence_last_value(seq);
+    -- As in _issue: a relation that does not exist, then "is not a
+    -- sequence" from has_sequence_privilege, then "permission
+    -- denied for sequence" without SELECT or USAGE (for the caller: this is
+    -- not SECURITY DEFINER), with the extension's texts in every PostgreSQL
+    -- version (regression: pg_sequence_last_value, which raised both up to
+    -- PostgreSQL 17, returns NULL without privileges in 18, so currval
+    -- answered a role without any).
+    IF pg_relation_filenode(seq) IS NULL THEN
+        IF NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = seq) THEN
+            RAISE EXCEPTION 'could not open relation with OID %', seq::oid
+                USING ERRCODE = 'internal_error';
+        END IF;
+    END IF;
+    IF NOT has_sequence_privilege(seq, 'SELECT, USAGE') THEN
+        RAISE EXCEPTION 'permission denied for sequence %',
+            (SELECT c.relname FROM pg_class c WHERE c.oid = seq)
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF val IS NULL THEN
         RAISE EXCEPTION 'currval of sequence "%" is not yet defined in this session',
             (SELECT c.relname FROM pg_class c WHERE c.oid = seq)
