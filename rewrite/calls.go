@@ -8,8 +8,13 @@ import (
 )
 
 // defaultArg is the argument text of a call without argument, as the
-// server would see it.
-const defaultArg = "'" + plan.DefaultSequence + "'::regclass"
+// server would see it: an untyped literal, which the server resolves to
+// regclass only once it has found the function, so that without schema
+// snowflake the error is the function's, as for the call the client wrote
+// (regression: with '...'::regclass PostgreSQL 18 reported the missing
+// relation snowflake.id_seq, 42P01, instead of the missing schema, 3F000;
+// earlier versions report the schema either way).
+const defaultArg = "'" + plan.DefaultSequence + "'"
 
 // topSelect analyses a SELECT (or VALUES, or set operation) that is a whole
 // statement. only is set when it is the only statement of the string: it

@@ -42,7 +42,7 @@ type Slot struct {
 	Seq string
 	// Arg is the SQL text of the argument expression as written, to put back
 	// into a rendered Currval call ('orders_id_seq'::regclass); for a call
-	// without argument it is 'snowflake.id_seq'::regclass.
+	// without argument it is 'snowflake.id_seq' (an untyped literal).
 	Arg string
 	// Ext carries the options of an extension statement.
 	Ext *ExtensionOptions
