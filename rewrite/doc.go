@@ -11,7 +11,8 @@
 //     here and gets plan.Passthrough.
 //   - cache.go: plans are cached by SQL text (bounded, sharded, CLOCK
 //     eviction); a hit costs a hash and a read lock.
-//   - analyze.go: parses with pg_query and walks each raw statement,
+//   - analyze.go: Parses (for tests: does the grammar read this text),
+//     and analyze, which parses with pg_query and walks each raw statement,
 //     collecting edits (byte ranges of the original text to replace) that
 //     become the plan's Template. tokens.go finds the ends of calls and
 //     statements (the parse tree only records where nodes start).
