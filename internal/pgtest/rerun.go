@@ -1,7 +1,6 @@
 package pgtest
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -36,8 +35,43 @@ func CoreRun(tb testing.TB, pkg string) string {
 
 var (
 	passLine = regexp.MustCompile(`(?m)^--- PASS: (Test\S+)`)
-	failLine = regexp.MustCompile(`(?m)^\s*--- FAIL: .*$`)
+	failLine = regexp.MustCompile(`(?m)^--- FAIL: (Test\S+)`)
 )
+
+// failures returns, for each top-level test that failed in out (go test
+// -v output), its lines from "=== RUN" to "--- FAIL" (the last 200 of
+// them), or the end of out when no test says it failed (a panic, a
+// timeout).
+func failures(out []byte) string {
+	lines := strings.Split(string(out), "\n")
+	var b strings.Builder
+	for _, m := range failLine.FindAllSubmatch(out, -1) {
+		name := string(m[1])
+		from, to := -1, -1
+		for i, l := range lines {
+			if from < 0 && l == "=== RUN   "+name {
+				from = i
+			}
+			if strings.HasPrefix(l, "--- FAIL: "+name+" ") {
+				to = i
+			}
+		}
+		if from < 0 || to < from {
+			continue
+		}
+		if to-from > 200 {
+			from = to - 200
+		}
+		b.WriteString(strings.Join(lines[from:to+1], "\n") + "\n")
+	}
+	if b.Len() == 0 {
+		if len(lines) > 100 {
+			lines = lines[len(lines)-100:]
+		}
+		return strings.Join(lines, "\n")
+	}
+	return b.String()
+}
 
 // RerunOn runs the tests of the current test binary that match run again,
 // in a child process whose servers are PostgreSQL major (BinDir: skipped
@@ -71,9 +105,8 @@ func RerunOn(t *testing.T, major int, run string) {
 	took := time.Since(start).Round(time.Second)
 	passed := passLine.FindAllSubmatch(out, -1)
 	if err != nil || len(passed) == 0 {
-		fails := failLine.FindAll(out, -1)
-		t.Fatalf("the tests matching %s against PostgreSQL %s (%s) failed after %s: %v; %d passed\nfailures:\n%s\nend of the output:\n%s",
-			run, version, bin, took, err, len(passed), bytes.Join(fails, []byte("\n")), tail(out, 150))
+		t.Fatalf("the tests matching %s against PostgreSQL %s (%s) failed after %s: %v; %d passed:\n%s",
+			run, version, bin, took, err, len(passed), failures(out))
 	}
 	names := make([]string, len(passed))
 	for i, m := range passed {
