@@ -6,6 +6,8 @@
 CREATE SEQUENCE ps;
 CREATE TABLE pt (id bigint PRIMARY KEY DEFAULT snowflake.nextval('ps'), v text);
 CREATE TABLE pt_default (id bigint PRIMARY KEY DEFAULT snowflake.nextval(), v text);
+-- PostgreSQL 15's default, for older servers
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 CREATE ROLE eq_nouse;
 CREATE ROLE eq_user;
 GRANT INSERT, SELECT ON pt, pt_default TO eq_nouse, eq_user;
