@@ -302,9 +302,9 @@ func waitConverged(t *testing.T, a, b *mmSide) map[int64]mmRow {
 // an outage cut).
 func checkMultiMasterRows(t *testing.T, rows map[int64]mmRow, sides []*mmSide, returned []int64, committed, inDoubt int64) {
 	t.Helper()
-	nodeOf := map[int]int{}
+	isNode := map[int]bool{} // a side's rows carry its node as their side
 	for _, s := range sides {
-		nodeOf[s.node] = s.node
+		isNode[s.node] = true
 	}
 	kinds := map[mmRow]int{}
 	bad := 0
@@ -314,8 +314,7 @@ func checkMultiMasterRows(t *testing.T, rows map[int64]mmRow, sides []*mmSide, r
 		if r.side == 0 {
 			ok = r.client == "seed" && id >= 1 && id <= mmSeedRows
 		} else {
-			node, known := nodeOf[r.side]
-			ok = known && decodeID(id).Node == node
+			ok = isNode[r.side] && decodeID(id).Node == r.side
 		}
 		if !ok {
 			if bad < 10 {
