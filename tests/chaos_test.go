@@ -382,7 +382,7 @@ func proxyBinary(t *testing.T) string {
 
 func mustFreePort(t *testing.T) int {
 	t.Helper()
-	port, err := pgtest.FreePort()
+	port, err := pgserver.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,7 +219,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		port = 5432
 	}
 	if port == 0 {
-		if port, err = freePort(); err != nil {
+		if port, err = FreePort(); err != nil {
 			s.cleanup()
 			return nil, err
 		}
@@ -407,7 +407,9 @@ func (s *Server) URL(db string) string {
 	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", auth, s.Addr(), db)
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port of 127.0.0.1 that nothing listens on now
+// (the embedded server's default, and tests that need a fixed port).
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("pgserver: free port: %w", err)

@@ -24,7 +24,7 @@
 //     version, and RerunOn, which runs tests of the current test binary
 //     again against other binaries.
 //   - pgbouncer.go: a real PgBouncer (the installed program) in front of a
-//     server or a proxy, stopped at the end of the test; FreePort.
+//     server or a proxy, stopped at the end of the test.
 //   - metrics.go: Scrape, /metrics parsed with the Prometheus parser.
 //   - tls.go: test CAs and certificates, servers that require TLS.
 //   - syncbuffer.go: SyncBuffer, a buffer other goroutines write to.

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 )
 
 // PgBouncerOptions configure StartPgBouncer.
@@ -97,7 +99,7 @@ func StartPgBouncer(tb testing.TB, o PgBouncerOptions) *PgBouncer {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-	port, err := FreePort()
+	port, err := pgserver.FreePort()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -272,14 +274,4 @@ func daemonUser() (uid, gid int, cred *syscall.Credential, err error) {
 	uid, _ = strconv.Atoi(u.Uid)
 	gid, _ = strconv.Atoi(u.Gid)
 	return uid, gid, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// FreePort returns a TCP port of 127.0.0.1 that nothing listens on now.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgtest: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
