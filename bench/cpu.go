@@ -26,13 +26,18 @@ import (
 
 // cpuParts are the processes a measurement's CPU is read from.
 type cpuParts struct {
-	serverPID int // postmaster
-	relayPID  int // 0 for direct routes
-	clientPID int // pgbench
+	serverPID int  // postmaster
+	relayPID  int  // 0 for direct routes
+	clientPID int  // pgbench
+	perf      bool // count system calls with perf (crossings.go)
 }
 
-// cpuReading is one reading of every thread's run time, per part.
-type cpuReading [numCPUParts]map[int]int64
+// cpuReading is one reading of every thread's run time (ns) and context
+// switches (crossings.go), per part.
+type cpuReading struct {
+	ns       [numCPUParts]map[int]int64
+	switches [numCPUParts]map[int]int64
+}
 
 const (
 	partServer = iota
@@ -50,17 +55,28 @@ type cpuUse struct {
 // read takes one reading. A part whose process is gone reads empty.
 func (p cpuParts) read() cpuReading {
 	var r cpuReading
-	for i := range r {
-		r[i] = map[int]int64{}
+	for i := range r.ns {
+		r.ns[i], r.switches[i] = map[int]int64{}, map[int]int64{}
 	}
-	for _, pid := range append([]int{p.serverPID}, childrenOf(p.serverPID)...) {
-		addThreadTimes(pid, r[partServer])
+	for part, pids := range p.pids() {
+		for _, pid := range pids {
+			addThreadTimes(pid, r.ns[part])
+			addThreadSwitches(pid, r.switches[part])
+		}
 	}
-	if p.relayPID > 0 {
-		addThreadTimes(p.relayPID, r[partRelay])
-	}
-	addThreadTimes(p.clientPID, r[partClient])
 	return r
+}
+
+// pids lists the processes of each part now: the server's backends come
+// and go with the clients.
+func (p cpuParts) pids() [numCPUParts][]int {
+	var out [numCPUParts][]int
+	out[partServer] = append([]int{p.serverPID}, childrenOf(p.serverPID)...)
+	if p.relayPID > 0 {
+		out[partRelay] = []int{p.relayPID}
+	}
+	out[partClient] = []int{p.clientPID}
+	return out
 }
 
 // perTx is the CPU per transaction, in µs, between readings a and b,
@@ -70,14 +86,20 @@ func perTx(a, b cpuReading, tx float64) cpuUse {
 		return cpuUse{}
 	}
 	var us [numCPUParts]float64
-	for part := range b {
-		var ns int64
-		for tid, t := range b[part] {
-			ns += t - a[part][tid] // a thread born in between counts whole
-		}
-		us[part] = float64(ns) / 1e3 / tx
+	for part := range b.ns {
+		us[part] = float64(sinceReading(a.ns[part], b.ns[part])) / 1e3 / tx
 	}
 	return cpuUse{OK: true, Server: us[partServer], Relay: us[partRelay], Client: us[partClient]}
+}
+
+// sinceReading sums per thread what b gained over a; a thread born in
+// between counts whole.
+func sinceReading(a, b map[int]int64) int64 {
+	var sum int64
+	for tid, v := range b {
+		sum += v - a[tid]
+	}
+	return sum
 }
 
 // addThreadTimes adds tid -> run time (ns) for every thread of pid.

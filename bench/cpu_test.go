@@ -27,7 +27,9 @@ func TestParentFromStat(t *testing.T) {
 }
 
 func TestPerTx(t *testing.T) {
-	reading := func(server, relay, client map[int]int64) cpuReading { return cpuReading{server, relay, client} }
+	reading := func(server, relay, client map[int]int64) cpuReading {
+		return cpuReading{ns: [numCPUParts]map[int]int64{server, relay, client}}
+	}
 	a := reading(map[int]int64{1: 1_000_000, 2: 5_000_000}, map[int]int64{10: 0}, map[int]int64{20: 100})
 	// Thread 2 ended (lost), thread 3 started inside the window (counts
 	// whole), thread 1 ran 2 ms more.

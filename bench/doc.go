@@ -23,7 +23,9 @@
 //     pgbench.go).
 //  4. Prints one table of median TPS and mean latency per target with the
 //     proxy's ratios, and writes it as Markdown and CSV under bench/results/
-//     (report.go, machine.go).
+//     (report.go, machine.go), and where each target's CPU goes and how
+//     often it crosses into the kernel, per transaction (cpu.go,
+//     crossings.go).
 //
 // Every process it starts is stopped on exit, on error and on Ctrl-C
 // (procs.go). All traffic stays on 127.0.0.1 and Unix sockets. A target that

@@ -31,6 +31,7 @@ type harness struct {
 	pgb   sideRelay // PgBouncer
 	floor sideRelay // the floor relay (floor.go)
 	notes []string
+	perf  bool // perf counts system calls (crossings.go)
 	// tlsSeen is what the upstream TLS check saw (upstream.go), for the
 	// report.
 	tlsSeen []string
@@ -46,6 +47,11 @@ func (h *harness) run(ctx context.Context) error {
 		return err
 	}
 	h.mach = probeMachine(h.root)
+	var whyNoPerf string
+	if h.perf, whyNoPerf = probePerf(ctx); whyNoPerf != "" {
+		fmt.Println("bench: " + whyNoPerf)
+		h.notes = append(h.notes, whyNoPerf)
+	}
 
 	// The proxy builds while the server starts.
 	type built struct {
@@ -214,7 +220,7 @@ func (h *harness) variants(w workload) []variant {
 
 func (h *harness) measureOne(ctx context.Context, w workload, v variant, script, mode string, clients int) measurement {
 	var port int
-	cpu := &cpuParts{serverPID: postmasterPID(h.srv.DataDir())}
+	cpu := &cpuParts{serverPID: postmasterPID(h.srv.DataDir()), perf: h.perf}
 	switch v.Route {
 	case viaDirect:
 		port = h.srv.Port()
@@ -290,6 +296,15 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 	if rep.writeCPUMarkdown(&cpu) {
 		md.printf("\nCPU per transaction, µs (medians; exact run time of every thread from /proc/<pid>/task/<tid>/schedstat, read at 20%% and 90%% of each run; server = postmaster and its children, relay = proxy, PgBouncer or the floor relay, client = pgbench):\n\n")
 		md.printf("%s", cpu.String())
+	}
+	var syscalls, switches mdBuffer
+	if rep.writeSyscallsMarkdown(&syscalls) {
+		md.printf("\nSystem calls per transaction (medians; perf stat counting %s of each part's processes over the same window):\n\n", syscallEvent)
+		md.printf("%s", syscalls.String())
+	}
+	if rep.writeSwitchesMarkdown(&switches) {
+		md.printf("\nContext switches per transaction (medians; voluntary + non-voluntary of every thread, /proc/<pid>/task/<tid>/status, same window):\n\n")
+		md.printf("%s", switches.String())
 	}
 	var rounds mdBuffer
 	if rep.writeRoundsMarkdown(&rounds) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -16,6 +17,7 @@ type machine struct {
 	NProc     int
 	CPU       string
 	Kernel    string
+	Virt      string // what the machine says about virtualisation (virtualisation)
 	Go        string
 	Postgres  string
 	Pgbench   string
@@ -41,6 +43,7 @@ func probeMachine(root string) machine {
 			}
 		}
 	}
+	m.Virt = virtualisation()
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
@@ -62,6 +65,9 @@ func probeMachine(root string) machine {
 func (m machine) write(w io.Writer) {
 	fmt.Fprintf(w, "- date: %s\n", m.Date)
 	fmt.Fprintf(w, "- machine: nproc=%d, CPU %s, Linux %s, %s\n", m.NProc, m.CPU, m.Kernel, m.Go)
+	if m.Virt != "" {
+		fmt.Fprintf(w, "- virtualisation: %s\n", m.Virt)
+	}
 	if m.Load != "" {
 		fmt.Fprintf(w, "- load average at start: %s (anything well above 0 means other work shares the cores)\n", m.Load)
 	}
@@ -76,4 +82,41 @@ func (m machine) write(w io.Writer) {
 	if m.Commit != "" {
 		fmt.Fprintf(w, "- proxy built from commit %s (plus any uncommitted changes in the tree)\n", m.Commit)
 	}
+}
+
+// virtualisation gathers what the machine tells about the layers under it,
+// each source named, since none is reliable alone (systemd-detect-virt
+// guesses the hypervisor from CPUID, the kernel names the one it detected):
+// the CPU's hypervisor flag, the kernel's "Hypervisor detected" line, and
+// systemd-detect-virt for virtual machines and containers.
+func virtualisation() string {
+	var parts []string
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		flag := "no"
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+				if slices.Contains(strings.Fields(v), "hypervisor") {
+					flag = "yes"
+				}
+				break
+			}
+		}
+		parts = append(parts, "CPU hypervisor flag "+flag)
+	}
+	if out, err := exec.Command("dmesg").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if _, v, ok := strings.Cut(line, "Hypervisor detected:"); ok {
+				parts = append(parts, "kernel: hypervisor "+strings.TrimSpace(v))
+				break
+			}
+		}
+	}
+	for _, kind := range []string{"vm", "container"} {
+		// Exits 1 printing "none" when it finds nothing.
+		out, _ := exec.Command("systemd-detect-virt", "--"+kind).Output()
+		if v := strings.TrimSpace(string(out)); v != "" {
+			parts = append(parts, "systemd-detect-virt --"+kind+": "+v)
+		}
+	}
+	return strings.Join(parts, "; ")
 }

@@ -21,8 +21,9 @@ const pgbenchSlack = 60 * time.Second
 // measurement is one pgbench run's result.
 type measurement struct {
 	TPS   float64
-	LatMs float64 // latency average, ms
-	CPU   cpuUse  // CPU per transaction, when it was read (cpu.go)
+	LatMs float64  // latency average, ms
+	CPU   cpuUse   // CPU per transaction, when it was read (cpu.go)
+	Cross crossUse // kernel crossings per transaction (crossings.go)
 	Err   error
 }
 
@@ -71,17 +72,32 @@ func runPgbench(ctx context.Context, r pgbenchRun, cpu *cpuParts) measurement {
 	}
 	var first, second cpuReading
 	var window time.Duration
+	var counting [numCPUParts]*perfRun
 	if cpu != nil && r.Duration >= cpuMinDuration {
 		parts := *cpu
 		parts.clientPID = cmd.Process.Pid
 		if sleepCtx(ctx, r.Duration/5) {
 			t0 := time.Now()
 			first = parts.read()
+			if parts.perf {
+				for part, pids := range parts.pids() {
+					counting[part] = startSyscallCount(ctx, pids, r.Duration*7/10)
+				}
+			}
 			if sleepCtx(ctx, r.Duration*7/10) {
 				window = time.Since(t0)
 				second = parts.read()
 			}
 		}
+	}
+	var perSecond [numCPUParts]float64
+	counted := counting[partServer] != nil
+	for part, c := range counting {
+		if c == nil {
+			continue // no relay on a direct route
+		}
+		n, ok := c.wait()
+		perSecond[part], counted = n, counted && ok
 	}
 	err := cmd.Wait()
 	if ctx.Err() != nil {
@@ -100,6 +116,13 @@ func runPgbench(ctx context.Context, r pgbenchRun, cpu *cpuParts) measurement {
 	}
 	if window > 0 {
 		m.CPU = perTx(first, second, m.TPS*window.Seconds())
+		m.Cross = switchesPerTx(first, second, m.TPS*window.Seconds())
+		if counted && m.TPS > 0 {
+			m.Cross.SyscallsOK = true
+			for part := range perSecond {
+				m.Cross.Syscalls[part] = perSecond[part] / m.TPS
+			}
+		}
 	}
 	return m
 }

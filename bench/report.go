@@ -153,10 +153,35 @@ func (r *report) writeMarkdown(w io.Writer) {
 // median µs of CPU per transaction of the server, the relay and pgbench,
 // and their sum. It writes nothing when no run's CPU was read.
 func (r *report) writeCPUMarkdown(w io.Writer) bool {
+	return r.writePartsMarkdown(w, "%.1f", func(s summary) ([numCPUParts]float64, bool) {
+		return [numCPUParts]float64{partServer: s.CPU.Server, partRelay: s.CPU.Relay, partClient: s.CPU.Client}, s.CPU.OK
+	})
+}
+
+// writeSyscallsMarkdown and writeSwitchesMarkdown write the crossings
+// tables (crossings.go) in the same shape: system calls and context
+// switches per transaction.
+func (r *report) writeSyscallsMarkdown(w io.Writer) bool {
+	return r.writePartsMarkdown(w, "%.1f", func(s summary) ([numCPUParts]float64, bool) {
+		return s.Cross.Syscalls, s.Cross.SyscallsOK
+	})
+}
+
+func (r *report) writeSwitchesMarkdown(w io.Writer) bool {
+	return r.writePartsMarkdown(w, "%.2f", func(s summary) ([numCPUParts]float64, bool) {
+		return s.Cross.Switches, s.Cross.OK
+	})
+}
+
+// writePartsMarkdown writes a table whose cells are per-part figures of
+// each target: server + relay + client = sum, in format. It writes nothing
+// when no cell has a figure.
+func (r *report) writePartsMarkdown(w io.Writer, format string, get func(summary) ([numCPUParts]float64, bool)) bool {
 	header := []string{"workload", "mode", "clients"}
 	for _, c := range r.columns() {
 		header = append(header, columnNames[c]+" server + relay + client")
 	}
+	cellFormat := format + " + " + format + " + " + format + " = " + format
 	var body [][]string
 	found := false
 	for _, k := range r.res.order {
@@ -164,9 +189,8 @@ func (r *report) writeCPUMarkdown(w io.Writer) bool {
 		for _, c := range r.columns() {
 			s := summarize(r.res.rows[k][c])
 			cell := ""
-			if s.CPU.OK {
-				u := s.CPU
-				cell = fmt.Sprintf("%.1f + %.1f + %.1f = %.1f", u.Server, u.Relay, u.Client, u.Server+u.Relay+u.Client)
+			if v, ok := get(s); ok {
+				cell = fmt.Sprintf(cellFormat, v[partServer], v[partRelay], v[partClient], v[partServer]+v[partRelay]+v[partClient])
 				found = true
 			} else if s.Present {
 				cell = "-"
@@ -265,11 +289,13 @@ func (r *report) writeCSV(out io.Writer) error {
 func (r *report) writeRunsCSV(out io.Writer) error {
 	w := csv.NewWriter(out)
 	if err := w.Write([]string{"workload", "mode", "clients", "target", "round", "tps", "lat_ms", "error",
-		"server_cpu_us_per_tx", "relay_cpu_us_per_tx", "client_cpu_us_per_tx"}); err != nil {
+		"server_cpu_us_per_tx", "relay_cpu_us_per_tx", "client_cpu_us_per_tx",
+		"server_switches_per_tx", "relay_switches_per_tx", "client_switches_per_tx",
+		"server_syscalls_per_tx", "relay_syscalls_per_tx", "client_syscalls_per_tx"}); err != nil {
 		return err
 	}
 	for _, run := range r.res.runs {
-		rec := []string{run.Key.Workload, run.Key.Mode, strconv.Itoa(run.Key.Clients), columnNames[run.Col], strconv.Itoa(run.Round + 1), "", "", "", "", "", ""}
+		rec := []string{run.Key.Workload, run.Key.Mode, strconv.Itoa(run.Key.Clients), columnNames[run.Col], strconv.Itoa(run.Round + 1), "", "", "", "", "", "", "", "", "", "", "", ""}
 		if run.Result.Err != nil {
 			rec[7] = oneLine(run.Result.Err.Error())
 		} else {
@@ -280,6 +306,16 @@ func (r *report) writeRunsCSV(out io.Writer) error {
 			rec[8] = strconv.FormatFloat(u.Server, 'f', 2, 64)
 			rec[9] = strconv.FormatFloat(u.Relay, 'f', 2, 64)
 			rec[10] = strconv.FormatFloat(u.Client, 'f', 2, 64)
+		}
+		if x := run.Result.Cross; x.OK {
+			for part, v := range x.Switches {
+				rec[11+part] = strconv.FormatFloat(v, 'f', 3, 64)
+			}
+		}
+		if x := run.Result.Cross; x.SyscallsOK {
+			for part, v := range x.Syscalls {
+				rec[14+part] = strconv.FormatFloat(v, 'f', 2, 64)
+			}
 		}
 		if err := w.Write(rec); err != nil {
 			return err

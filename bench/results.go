@@ -50,14 +50,15 @@ type summary struct {
 	Runs    int
 	TPS     float64
 	LatMs   float64
-	CPU     cpuUse // medians, per part, of the runs whose CPU was read
-	Err     error  // the first error, when a run failed
+	CPU     cpuUse   // medians, per part, of the runs whose CPU was read
+	Cross   crossUse // medians, per part, of the runs whose crossings were read
+	Err     error    // the first error, when a run failed
 }
 
 func summarize(ms []measurement) summary {
 	s := summary{Present: len(ms) > 0, Runs: len(ms)}
 	var tps, lat []float64
-	var cpu [numCPUParts][]float64
+	var cpu, switches, syscalls [numCPUParts][]float64
 	for _, m := range ms {
 		if m.Err != nil {
 			if s.Err == nil {
@@ -72,6 +73,14 @@ func summarize(ms []measurement) summary {
 			cpu[partRelay] = append(cpu[partRelay], m.CPU.Relay)
 			cpu[partClient] = append(cpu[partClient], m.CPU.Client)
 		}
+		for part := range switches {
+			if m.Cross.OK {
+				switches[part] = append(switches[part], m.Cross.Switches[part])
+			}
+			if m.Cross.SyscallsOK {
+				syscalls[part] = append(syscalls[part], m.Cross.Syscalls[part])
+			}
+		}
 	}
 	s.OK = len(tps)
 	if s.OK > 0 {
@@ -79,6 +88,16 @@ func summarize(ms []measurement) summary {
 	}
 	if len(cpu[partServer]) > 0 {
 		s.CPU = cpuUse{OK: true, Server: median(cpu[partServer]), Relay: median(cpu[partRelay]), Client: median(cpu[partClient])}
+	}
+	for part := range switches {
+		if len(switches[part]) > 0 {
+			s.Cross.OK = true
+			s.Cross.Switches[part] = median(switches[part])
+		}
+		if len(syscalls[part]) > 0 {
+			s.Cross.SyscallsOK = true
+			s.Cross.Syscalls[part] = median(syscalls[part])
+		}
 	}
 	return s
 }
