@@ -64,7 +64,7 @@ func TestCPUTable(t *testing.T) {
 	res.add(k, colProxy, 0, measurement{TPS: 1, LatMs: 1, CPU: cpuUse{OK: true, Server: 14, Relay: 15, Client: 11}})
 	res.add(k, colProxy, 1, measurement{TPS: 1, LatMs: 1, CPU: cpuUse{OK: true, Server: 16, Relay: 17, Client: 9}})
 	res.add(k, colDirect, 0, measurement{TPS: 1, LatMs: 1})
-	rep := newReport(res, workloads, false, false)
+	rep := newReport(res, workloads, false, false, false)
 	var b strings.Builder
 	if !rep.writeCPUMarkdown(&b) {
 		t.Fatal("no table written")
@@ -74,7 +74,7 @@ func TestCPUTable(t *testing.T) {
 	}
 	empty := newResults()
 	empty.add(k, colDirect, 0, measurement{TPS: 1, LatMs: 1})
-	if newReport(empty, workloads, false, false).writeCPUMarkdown(&strings.Builder{}) {
+	if newReport(empty, workloads, false, false, false).writeCPUMarkdown(&strings.Builder{}) {
 		t.Fatal("a table without CPU figures was written")
 	}
 }

@@ -15,19 +15,25 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// runFloor builds the floor relay from the tree and runs it in front of
-// srv until the end of the test.
-func runFloor(t *testing.T, ctx context.Context, srv *pgserver.Server) (*proc, int) {
+// floors are the floor relays every floor test runs against.
+var floors = []struct {
+	name  string
+	relay floorRelay
+}{{"epoll", floorEpoll}, {"io_uring", floorUring}}
+
+// runFloor builds floor from the tree and runs it in front of srv until
+// the end of the test.
+func runFloor(t *testing.T, ctx context.Context, floor floorRelay, srv *pgserver.Server) (*proc, int) {
 	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := buildFloor(ctx, root, t.TempDir())
+	bin, err := floor.build(ctx, root, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, port, err := startFloor(ctx, bin, t.TempDir(), srv.SocketDir(), srv.Port())
+	p, port, err := floor.start(ctx, bin, t.TempDir(), srv.SocketDir(), srv.Port())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,14 +63,20 @@ func connectVia(t *testing.T, ctx context.Context, url string, port int) *pgx.Co
 	return c
 }
 
-// The floor relay carries whole sessions, the startup exchange included, in
+// The floor relays carry whole sessions, the startup exchange included, in
 // front of the server's Unix socket: concurrent sessions, a result larger
 // than one read, and a session that ends while another goes on.
 func TestFloorRelayCarriesSessions(t *testing.T) {
+	for _, f := range floors {
+		t.Run(f.name, func(t *testing.T) { testFloorCarriesSessions(t, f.relay) })
+	}
+}
+
+func testFloorCarriesSessions(t *testing.T, floor floorRelay) {
 	srv := pgtest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, port := runFloor(t, ctx, srv)
+	p, port := runFloor(t, ctx, floor, srv)
 
 	url := srv.URL("postgres")
 	a := connectVia(t, ctx, url, port)
@@ -113,12 +125,20 @@ func TestFloorRelayCarriesSessions(t *testing.T) {
 // blocking, from the new session's server socket before anything had been
 // sent on it: the relay hung until the server's authentication timeout,
 // and pgbench runs of the floor column failed with "timeout expired".
-// Sessions opened and closed back to back make such batches.
+// Sessions opened and closed back to back make such batches (and, in the
+// io_uring relay, completions of a closed session after its descriptor
+// number was reused).
 func TestFloorRelaySurvivesSessionChurn(t *testing.T) {
+	for _, f := range floors {
+		t.Run(f.name, func(t *testing.T) { testFloorSurvivesChurn(t, f.relay) })
+	}
+}
+
+func testFloorSurvivesChurn(t *testing.T, floor floorRelay) {
 	srv := pgtest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, port := runFloor(t, ctx, srv)
+	_, port := runFloor(t, ctx, floor, srv)
 	cfg := viaConfig(t, srv.URL("postgres"), port)
 	cfg.ConnectTimeout = 5 * time.Second
 	for i := range 300 {

@@ -30,6 +30,7 @@ type harness struct {
 	proxy *proxyTarget
 	pgb   sideRelay // PgBouncer
 	floor sideRelay // the floor relay (floor.go)
+	uring sideRelay // the io_uring floor relay (floor.go)
 	notes []string
 	perf  bool // perf counts system calls (crossings.go)
 	// tlsSeen is what the upstream TLS check saw (upstream.go), for the
@@ -83,7 +84,7 @@ func (h *harness) run(ctx context.Context) error {
 	upstream := proxyUpstream(h.cfg.upstream, h.srv.SocketDir(), h.srv.Port())
 
 	h.startPgBouncer(ctx)
-	h.startFloorRelay(ctx)
+	h.startFloorRelays(ctx)
 
 	fmt.Println("bench: building the proxy (go build ./cmd/snowflake-proxy)")
 	b := <-buildDone
@@ -201,6 +202,8 @@ func (h *harness) sideRelay(r route) *sideRelay {
 		return &h.pgb
 	case viaFloor:
 		return &h.floor
+	case viaFloorUring:
+		return &h.uring
 	}
 	return nil
 }
@@ -224,7 +227,7 @@ func (h *harness) measureOne(ctx context.Context, w workload, v variant, script,
 	switch v.Route {
 	case viaDirect:
 		port = h.srv.Port()
-	case viaPgBouncer, viaFloor:
+	case viaPgBouncer, viaFloor, viaFloorUring:
 		p, pid, err := h.sideRelay(v.Route).target()
 		if err != nil {
 			return measurement{Err: err}
@@ -264,7 +267,7 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 	if len(h.res.order) == 0 {
 		return
 	}
-	rep := newReport(h.res, wls, h.pgb.up(), h.floor.up())
+	rep := newReport(h.res, wls, h.pgb.up(), h.floor.up(), h.uring.up())
 	var md mdBuffer
 	k := h.cfg.upstream
 	switch k {
@@ -281,7 +284,7 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 		md.printf("**Incomplete run: %v.**\n\n", runErr)
 	}
 	h.mach.write(&md)
-	relays := "proxy (--node 1), PgBouncer and the floor relay"
+	relays := "proxy (--node 1), PgBouncer and the floor relays"
 	if k != upSocket {
 		relays = "proxy (--node 1) and PgBouncer"
 	}
@@ -317,9 +320,9 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 			md.printf("- %s, %s: %s\n", w.Title, columnNames[v.Col], v.Desc)
 		}
 	}
-	if h.pgb.note != "" || h.floor.note != "" || len(h.notes) > 0 {
+	if h.pgb.note != "" || h.floor.note != "" || h.uring.note != "" || len(h.notes) > 0 {
 		md.printf("\nNotes:\n\n")
-		for _, n := range []string{h.pgb.note, h.floor.note} {
+		for _, n := range []string{h.pgb.note, h.floor.note, h.uring.note} {
 			if n != "" {
 				md.printf("- %s\n", n)
 			}
@@ -357,6 +360,7 @@ func (h *harness) stopAll() {
 	h.proxy.stop()
 	h.pgb.p.stop()
 	h.floor.p.stop()
+	h.uring.p.stop()
 	if h.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -77,7 +77,7 @@ func (m machine) write(w io.Writer) {
 		fmt.Fprintf(w, "- %s\n", m.PgBouncer)
 	}
 	if m.Floor != "" {
-		fmt.Fprintf(w, "- floor relay: %s\n", m.Floor)
+		fmt.Fprintf(w, "- floor relays: %s\n", m.Floor)
 	}
 	if m.Commit != "" {
 		fmt.Fprintf(w, "- proxy built from commit %s (plus any uncommitted changes in the tree)\n", m.Commit)

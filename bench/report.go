@@ -19,12 +19,13 @@ type report struct {
 	workloads    []workload
 	hasPgBouncer bool
 	hasFloor     bool
+	hasUring     bool // the io_uring floor relay
 	footnotes    []string
 	noteIndex    map[string]int
 }
 
-func newReport(res *results, wls []workload, hasPgBouncer, hasFloor bool) *report {
-	return &report{res: res, workloads: wls, hasPgBouncer: hasPgBouncer, hasFloor: hasFloor, noteIndex: map[string]int{}}
+func newReport(res *results, wls []workload, hasPgBouncer, hasFloor, hasUring bool) *report {
+	return &report{res: res, workloads: wls, hasPgBouncer: hasPgBouncer, hasFloor: hasFloor, hasUring: hasUring, noteIndex: map[string]int{}}
 }
 
 func (r *report) workload(name string) workload {
@@ -47,6 +48,9 @@ func (r *report) columns() []column {
 	if r.hasFloor {
 		cols = append(cols, colFloor)
 	}
+	if r.hasUring {
+		cols = append(cols, colFloorUring)
+	}
 	return cols
 }
 
@@ -68,6 +72,9 @@ func (r *report) header() []string {
 		if r.hasPgBouncer {
 			h = append(h, "floor/pgbouncer")
 		}
+	}
+	if r.hasUring {
+		h = append(h, "proxy/floor-uring")
 	}
 	return h
 }
@@ -130,6 +137,9 @@ func (r *report) rows() [][]string {
 			if r.hasPgBouncer {
 				row = append(row, fmtRatio(ratio(s[colFloor], s[colPgBouncer])))
 			}
+		}
+		if r.hasUring {
+			row = append(row, fmtRatio(ratio(s[colProxy], s[colFloorUring])))
 		}
 		out = append(out, row)
 	}
@@ -250,7 +260,7 @@ func (r *report) writeCSV(out io.Writer) error {
 		h = append(h, n+"_tps", n+"_lat_ms", n+"_ok_runs", n+"_runs", n+"_error")
 	}
 	h = append(h, "proxy_over_direct", "proxy_over_pgbouncer", "proxy_over_shim", "added_lat_proxy_over_pgbouncer",
-		"proxy_over_floor", "floor_over_pgbouncer")
+		"proxy_over_floor", "floor_over_pgbouncer", "proxy_over_floor_uring")
 	if err := w.Write(h); err != nil {
 		return err
 	}
@@ -276,7 +286,8 @@ func (r *report) writeCSV(out io.Writer) error {
 		added, ok := addedLatencyRatio(s[colProxy], s[colDirect], s[colPgBouncer])
 		row = append(row, num(ratio(s[colProxy], s[colDirect])), num(ratio(s[colProxy], s[colPgBouncer])),
 			num(ratio(s[colProxy], s[colShim])), num(added, ok && wl.PassThrough),
-			num(ratio(s[colProxy], s[colFloor])), num(ratio(s[colFloor], s[colPgBouncer])))
+			num(ratio(s[colProxy], s[colFloor])), num(ratio(s[colFloor], s[colPgBouncer])),
+			num(ratio(s[colProxy], s[colFloorUring])))
 		if err := w.Write(row); err != nil {
 			return err
 		}

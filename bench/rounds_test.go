@@ -22,7 +22,7 @@ func TestRoundsTable(t *testing.T) {
 		res.add(nv, colDirect, round, measurement{TPS: 100, LatMs: 0.1})
 	}
 	var b strings.Builder
-	if !newReport(res, workloads, true, false).writeRoundsMarkdown(&b) {
+	if !newReport(res, workloads, true, false, false).writeRoundsMarkdown(&b) {
 		t.Fatal("no table written")
 	}
 	out := b.String()
@@ -62,7 +62,7 @@ func TestRoundsTable(t *testing.T) {
 	one := newResults()
 	one.add(sel, colProxy, 0, measurement{TPS: 1, LatMs: 1})
 	one.add(sel, colDirect, 0, measurement{TPS: 1, LatMs: 1})
-	if newReport(one, workloads, true, false).writeRoundsMarkdown(&strings.Builder{}) {
+	if newReport(one, workloads, true, false, false).writeRoundsMarkdown(&strings.Builder{}) {
 		t.Fatal("a rounds table was written for a single round")
 	}
 }

@@ -168,7 +168,7 @@ func TestUpstreamTLSChecks(t *testing.T) {
 func TestRelayTLSRefusesPlaintextRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, port := runFloor(t, ctx, tlsRunServer(t, ctx))
+	_, port := runFloor(t, ctx, floorEpoll, tlsRunServer(t, ctx))
 	if what, err := relayTLS(ctx, port); !errors.Is(err, errPlaintext) {
 		t.Fatalf("session through a plaintext relay: %q, %v; want errPlaintext", what, err)
 	}

@@ -16,11 +16,12 @@ const (
 	colDirect                  // straight to the server (TCP 127.0.0.1)
 	colPgBouncer               // through PgBouncer, session mode
 	colShim                    // the shim (PL/pgSQL) called directly on the server
-	colFloor                   // through the floor relay (bench/floor): the least any relay costs
+	colFloor                   // through the floor relay (bench/floor): the least any epoll relay costs
+	colFloorUring              // through the io_uring floor relay: the least any relay costs
 	numColumns
 )
 
-var columnNames = [numColumns]string{"proxy", "direct", "pgbouncer", "shim-direct", "floor"}
+var columnNames = [numColumns]string{"proxy", "direct", "pgbouncer", "shim-direct", "floor", "floor-uring"}
 
 // route is where a variant's pgbench connects.
 type route int
@@ -30,6 +31,7 @@ const (
 	viaDirect
 	viaPgBouncer
 	viaFloor
+	viaFloorUring
 )
 
 // variant is one target of a workload: a column, a route and a script.
@@ -68,6 +70,7 @@ var workloads = []workload{
 			{colDirect, viaDirect, sqlSelect1, "SELECT 1 direct"},
 			{colPgBouncer, viaPgBouncer, sqlSelect1, "SELECT 1 through PgBouncer"},
 			{colFloor, viaFloor, sqlSelect1, "SELECT 1 through the floor relay"},
+			{colFloorUring, viaFloorUring, sqlSelect1, "SELECT 1 through the io_uring floor relay"},
 		},
 	},
 	{
@@ -86,6 +89,7 @@ var workloads = []workload{
 			{colPgBouncer, viaPgBouncer, sqlInsertSerial, "INSERT INTO t_serial (bigserial) through PgBouncer"},
 			{colShim, viaDirect, sqlInsertSf, "INSERT INTO t_sf direct (shim default)"},
 			{colFloor, viaFloor, sqlInsertSerial, "INSERT INTO t_serial (bigserial) through the floor relay"},
+			{colFloorUring, viaFloorUring, sqlInsertSerial, "INSERT INTO t_serial (bigserial) through the io_uring floor relay"},
 		},
 	},
 	{
@@ -95,6 +99,7 @@ var workloads = []workload{
 			{colDirect, viaDirect, "", "pgbench -S direct"},
 			{colPgBouncer, viaPgBouncer, "", "pgbench -S through PgBouncer"},
 			{colFloor, viaFloor, "", "pgbench -S through the floor relay"},
+			{colFloorUring, viaFloorUring, "", "pgbench -S through the io_uring floor relay"},
 		},
 	},
 }
