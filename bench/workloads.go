@@ -12,12 +12,12 @@ import (
 type column int
 
 const (
-	colProxy     column = iota // through snowflake-proxy
-	colDirect                  // straight to the server (TCP 127.0.0.1)
-	colPgBouncer               // through PgBouncer, session mode
-	colShim                    // the shim (PL/pgSQL) called directly on the server
-	colFloor                   // through the floor relay (bench/floor): the least any epoll relay costs
-	colFloorUring              // through the io_uring floor relay: the least any relay costs
+	colProxy      column = iota // through snowflake-proxy
+	colDirect                   // straight to the server (TCP 127.0.0.1)
+	colPgBouncer                // through PgBouncer, session mode
+	colShim                     // the shim (PL/pgSQL) called directly on the server
+	colFloor                    // through the floor relay (bench/floor): the least any epoll relay costs
+	colFloorUring               // through the io_uring floor relay: the least any relay costs
 	numColumns
 )
 
