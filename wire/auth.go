@@ -111,7 +111,7 @@ func (ss *session) authenticate() error {
 				return ss.upstreamLost(err)
 			}
 		}
-		if ss.sr.r.Buffered() == 0 {
+		if ss.sr.R.Buffered() == 0 {
 			if err := ss.cw.Flush(); err != nil {
 				return &Error{Kind: KindClientIO, Message: "write", Err: err}
 			}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // repeatReader repeats a byte stream forever.
@@ -44,11 +46,11 @@ func benchSession(track bool, r io.Reader) *session {
 	if track {
 		srv.cfg.Rewriter = &fakeRewriter{plans: snowflakePlans()}
 	}
-	br := bufio.NewReaderSize(r, ioBufferSize)
-	ss.sr = frameReader{r: br, max: maxServerMessage}
-	ss.cr = frameReader{r: br, max: defaultMaxMessage}
+	ss.sr = newFrameReader(r, maxServerMessage)
+	ss.cr = frameReader{Input: netloop.Input{R: ss.sr.R, Max: defaultMaxMessage}}
 	ss.cw = bufio.NewWriterSize(io.Discard, ioBufferSize)
 	ss.sw = ss.cw
+	ss.rel = netloop.NewRelay(ss, ss, [2]*netloop.Input{&ss.cr.Input, &ss.sr.Input}, [2]*bufio.Writer{ss.cw, ss.sw})
 	return ss
 }
 

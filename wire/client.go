@@ -3,6 +3,8 @@ package wire
 import (
 	"errors"
 	"io"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // clientPump reads client messages and forwards them to the server (phase
@@ -26,8 +28,7 @@ var errTerminate = errors.New("terminate")
 
 func (p *clientPump) loop() error {
 	ss := (*session)(p)
-	if b := ss.pendingOut[1]; b != nil {
-		ss.pendingOut[1] = nil
+	if b := ss.rel.TakePending(netloop.Server); b != nil {
 		if _, err := ss.sw.Write(b); err != nil {
 			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
 		}
@@ -35,15 +36,15 @@ func (p *clientPump) loop() error {
 			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
 		}
 	}
-	if x := ss.loopErr; x.client && x.err != nil {
-		if x.err == errPumpDone {
+	if x := ss.rel.LastExit(); x.Side == netloop.Client && x.Err != nil {
+		if x.Err == errPumpDone {
 			return nil
 		}
-		return x.err
+		return x.Err
 	}
 	for {
-		if ss.cr.src != nil {
-			if err := ss.cr.poll(p.step); err != nil {
+		if ss.cr.CanPoll() {
+			if err := ss.cr.Poll(ss, netloop.Client); err != nil {
 				if err == errPumpDone {
 					return nil
 				}
@@ -65,12 +66,6 @@ func (p *clientPump) loop() error {
 
 // errPumpDone ends a pump without error (after the client's Terminate).
 var errPumpDone = errors.New("pump done")
-
-// errHandover is what a step returns on the event loop's thread, before
-// changing anything, when the message needs what only the pumps may do:
-// wait (hidden queries, leases, Snowflakes calls), or end the session. The
-// message stays buffered for the pump to take from the start.
-var errHandover = errors.New("continue in the pumps")
 
 // step forwards or dispatches one client message whose header next has
 // read, and flushes to the server when no more client input is buffered.
@@ -110,7 +105,7 @@ func (p *clientPump) step(typ byte) error {
 		}
 		return err
 	}
-	if ss.cr.r.Buffered() == 0 {
+	if ss.cr.R.Buffered() == 0 {
 		if err := ss.sw.Flush(); err != nil {
 			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
 		}

@@ -102,7 +102,7 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Templ
 		}
 	}
 	if len(missing) > 0 && safe && hiddenOK {
-		if ss.inLoop.Load() {
+		if ss.onLoop() {
 			p.wouldWait = true // a hidden query waits for the server
 			return pl.Template, FallbackStateUnknown
 		}

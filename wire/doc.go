@@ -19,15 +19,13 @@
 //   - client.go (client → server) and relay.go (server → client): the pumps.
 //   - frame.go: length-prefixed messages read with a bounded, reusable
 //     buffer; pass-through messages are copied raw, never decoded.
-//   - sock.go: on sockets the pumps read inside one RawConn.Read and write
-//     with raw non-blocking syscalls, so a write that wakes the peer does
-//     not hand the thread's P to another (sysmon); messages larger than the
-//     buffer, errors, deadlines and TLS take the blocking path.
-//   - loop.go, loop_linux.go, loopsession_linux.go: event loops that
-//     relay sessions on a few locked threads with level-triggered epoll,
-//     running the pumps' steps, until a step would wait; the session then
-//     continues on its pumps, and returns to the loop when both pumps wait
-//     for input.
+//   - loop.go: the session's side of the event loops: the steps the
+//     loops and the pumps' polls drive (netloop.Steps), when a session
+//     returns to its loop, and the Server's loops. The I/O machinery
+//     itself, epoll loops, raw non-blocking socket calls, parking and
+//     hand-off, is package netloop: a session is relayed by a loop thread
+//     as long as no step has to wait; the session then continues on its
+//     pumps, and returns to the loop when both pumps wait for input.
 //   - position.go: error cursors in rewritten text mapped back to the
 //     client's text; errcontext.go: the shim's CONTEXT lines removed from
 //     errors and notices.
@@ -66,7 +64,7 @@
 //     ReadyForQuery, unless the client set snowflake.node at startup in a
 //     way the extension refuses (startupnode.go): then that FATAL replaces
 //     it.
-//  4. Event loop (loop.go). A session on plain sockets is relayed by an
+//  4. Event loop (loop.go, netloop). A session on plain sockets is relayed by an
 //     event loop first: the steps of 5 and 6 below run on the loop's thread, one
 //     read per readiness event, as long as no step has to wait; then the
 //     session's goroutine starts the two pumps, which give it back to the

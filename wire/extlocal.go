@@ -89,7 +89,7 @@ func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int
 			return false, nil
 		}
 	}
-	buf, _ := ss.cr.r.Peek(ss.cr.r.Buffered())
+	buf, _ := ss.cr.R.Peek(ss.cr.R.Buffered())
 	if len(buf) < len(ss.cr.cur) {
 		return false, nil
 	}
@@ -108,7 +108,7 @@ func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int
 	}
 	p.out = appendExtLocalAnswer(p.out[:0], pl.Local.Columns, p.vals, formats, g.describe, status)
 	ss.cr.consume()
-	_, _ = ss.cr.r.Discard(g.n)
+	_, _ = ss.cr.R.Discard(g.n)
 	p.setPortal(nil, nil, false)
 	ss.srv.stats.local.Add(1)
 	ss.srv.stats.localIDs.Add(uint64(p.fastIDs))

@@ -4,14 +4,13 @@ import (
 	"bufio"
 	"encoding/binary"
 	"io"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 const (
-	// ioBufferSize is the size of each of the four buffers of a session
-	// (read and write, both directions): large enough to batch a pipeline
-	// of small messages in one syscall, small enough that an idle session
-	// stays well under 64 KiB of heap.
-	ioBufferSize = 8 << 10
+	// ioBufferSize is the size of each of the four buffers of a session.
+	ioBufferSize = netloop.BufferSize
 	// maxStartupPacket is PostgreSQL's MAX_STARTUP_PACKET_LENGTH.
 	maxStartupPacket = 10000
 	// maxAuthMessage bounds client messages before authentication ends;
@@ -27,56 +26,30 @@ const (
 )
 
 // frameReader reads length-prefixed protocol messages from a buffered
-// reader. next peeks at the header; then exactly one of forward, read or
-// skip consumes the message. The slice read returns is valid until the next
-// call to read.
+// input (netloop.Input: the buffer and its source, which changes with who
+// relays the session). next peeks at the header; then exactly one of
+// forward, read or skip consumes the message. The slice read returns is
+// valid until the next call to read.
 type frameReader struct {
-	r   *bufio.Reader
+	netloop.Input
 	buf []byte
-	max int // largest accepted message including its length word
 
 	typ    byte
 	n      int    // body length of the current message
 	cur    []byte // the current message with header when peeked whole
 	peeked bool
 	hdr    [5]byte
-
-	src *sockReader // under r when the connection is a socket (see poll); nil otherwise
-	pk  *parker     // the pump's side of the return to the event loop (loop.go); nil: none
 }
 
-// frameState is what the front of a frameReader's buffer holds (front).
-type frameState uint8
-
-const (
-	frameNone    frameState = iota // not yet a whole header
-	framePartial                   // part of a message that fits the buffer
-	frameWhole                     // a whole message: next and a step may take it
-	// frameSlow: a header for the blocking path (next reports an invalid
-	// or oversized length; a message larger than the buffer is streamed).
-	frameSlow
-)
-
-// front tells what the buffer holds, without reading.
-func (f *frameReader) front() frameState {
-	b := f.r.Buffered()
-	if b < 5 {
-		return frameNone
-	}
-	h, _ := f.r.Peek(5)
-	l := int64(binary.BigEndian.Uint32(h[1:]))
-	switch {
-	case l < 4 || l > int64(f.max) || l+1 > int64(f.r.Size()):
-		return frameSlow
-	case l+1 > int64(b):
-		return framePartial
-	}
-	return frameWhole
+// newFrameReader reads rd with a buffer of ioBufferSize; max bounds
+// messages, length word included.
+func newFrameReader(rd io.Reader, max int) frameReader {
+	return frameReader{Input: netloop.NewInput(rd, max)}
 }
 
 // next peeks at the next message header.
 func (f *frameReader) next() (byte, int, error) {
-	h, err := f.r.Peek(5)
+	h, err := f.R.Peek(5)
 	if err != nil {
 		if len(h) > 0 && err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -87,7 +60,7 @@ func (f *frameReader) next() (byte, int, error) {
 	if l < 4 {
 		return 0, 0, protocolError("invalid message length %d", l)
 	}
-	if int64(l) > int64(f.max) {
+	if int64(l) > int64(f.Max) {
 		f.typ, f.n = h[0], int(l)-4
 		return h[0], int(l) - 4, &tooLarge{size: int64(l)}
 	}
@@ -104,17 +77,17 @@ func (e *tooLarge) Error() string { return "message too large" }
 func (f *frameReader) forward(w *bufio.Writer) error {
 	n := 5 + f.n
 	for n > 0 {
-		if f.r.Buffered() == 0 {
-			if _, err := f.r.Peek(1); err != nil {
+		if f.R.Buffered() == 0 {
+			if _, err := f.R.Peek(1); err != nil {
 				return unexpected(err)
 			}
 		}
-		k := min(n, f.r.Buffered())
-		p, _ := f.r.Peek(k)
+		k := min(n, f.R.Buffered())
+		p, _ := f.R.Peek(k)
 		if _, err := w.Write(p); err != nil {
 			return err
 		}
-		_, _ = f.r.Discard(k)
+		_, _ = f.R.Discard(k)
 		n -= k
 	}
 	return nil
@@ -124,8 +97,8 @@ func (f *frameReader) forward(w *bufio.Writer) error {
 // fits the read buffer (no copy), otherwise it reads it into buf. The slice
 // is valid until consume, pass or the next call to next.
 func (f *frameReader) body() ([]byte, error) {
-	if 5+f.n <= f.r.Size() {
-		p, err := f.r.Peek(5 + f.n)
+	if 5+f.n <= f.R.Size() {
+		p, err := f.R.Peek(5 + f.n)
 		if err != nil {
 			return nil, unexpected(err)
 		}
@@ -139,7 +112,7 @@ func (f *frameReader) body() ([]byte, error) {
 // consume ends the current message after body.
 func (f *frameReader) consume() {
 	if f.peeked {
-		_, _ = f.r.Discard(len(f.cur))
+		_, _ = f.R.Discard(len(f.cur))
 		f.cur, f.peeked = nil, false
 	}
 }
@@ -162,12 +135,12 @@ func (f *frameReader) pass(w *bufio.Writer) error {
 
 // read consumes the current message and returns its body (a copy).
 func (f *frameReader) read() ([]byte, error) {
-	_, _ = f.r.Discard(5)
+	_, _ = f.R.Discard(5)
 	if cap(f.buf) < f.n {
 		f.buf = make([]byte, f.n, max(f.n, 256))
 	}
 	b := f.buf[:f.n]
-	if _, err := io.ReadFull(f.r, b); err != nil {
+	if _, err := io.ReadFull(f.R, b); err != nil {
 		return nil, unexpected(err)
 	}
 	return b, nil
@@ -185,7 +158,7 @@ func (f *frameReader) skip() error {
 	n := int64(5) + int64(f.n)
 	for n > 0 {
 		k := int(min(n, 1<<30))
-		d, err := f.r.Discard(k)
+		d, err := f.R.Discard(k)
 		n -= int64(d)
 		if err != nil {
 			return unexpected(err)

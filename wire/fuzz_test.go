@@ -19,7 +19,7 @@ func FuzzClientMessages(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, track := range []bool{false, true} {
 			ss := benchSession(track, bytes.NewReader(data))
-			ss.cr.max = 1 << 20
+			ss.cr.Max = 1 << 20
 			_ = (*clientPump)(ss).loop()
 		}
 	})

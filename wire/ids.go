@@ -65,7 +65,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		}
 	}
 	if (!m.fresh || len(missing) > 0) && safe && hiddenOK {
-		if ss.inLoop.Load() {
+		if ss.onLoop() {
 			p.wouldWait = true // a hidden query waits for the server
 			return false, true
 		}
@@ -169,7 +169,7 @@ func (m *mirror) refusal(info seqInfo, known bool, busy Fallback) Fallback {
 // (nothing is issued then). ok is false when the fast path refused them.
 func (p *clientPump) nextvals(reqs []generator.Request, node int) (ok bool, err error) {
 	ss := (*session)(p)
-	if !ss.inLoop.Load() {
+	if !ss.onLoop() {
 		err = ss.cfg.Snowflakes.NextvalBatch(ss.ctx, ss.db, node, reqs)
 		return err == nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // idSession is a session whose mirror knows sequence s (INCREMENT 100) and
@@ -51,7 +52,7 @@ func TestValuesOnLoopIssueAllOrNothing(t *testing.T) {
 	f := &fakeSnowflakes{}
 	f.wait.Store(true)
 	p, tmpl := idSession(f)
-	p.inLoop.Store(true)
+	netloop.ForceInLoop(p.rel, true)
 	if _, ok := p.values(tmpl, false, true); !ok || !p.mustWait() {
 		t.Fatalf("values on the loop with a lease pending: ok %v, want a handover", ok)
 	}
@@ -63,7 +64,7 @@ func TestValuesOnLoopIssueAllOrNothing(t *testing.T) {
 			t.Fatalf("slot %d kept a value after the handover: %+v", i, v)
 		}
 	}
-	p.inLoop.Store(false)
+	netloop.ForceInLoop(p.rel, false)
 	f.wait.Store(false)
 	if allValid, _ := p.values(tmpl, false, true); !allValid || f.calls.Load() != 3 {
 		t.Fatalf("retry: allValid %v, %d IDs issued, want 3", allValid, f.calls.Load())

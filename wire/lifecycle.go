@@ -51,10 +51,8 @@ func (ss *session) cut(e *Error) bool {
 	// In the loop: both ends see end of input and the loop hands the
 	// session back; leaveLoop then applies the deadlines of a cancelled
 	// session, and the client's end can still be written.
-	for _, fd := range ss.loopFD {
-		if fd >= 0 {
-			shutdownReadFD(fd)
-		}
+	if ss.rel != nil {
+		ss.rel.Shutdown(true)
 	}
 	return true
 }

@@ -1,101 +1,82 @@
 package wire
 
 import (
-	"errors"
+	"net"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
-// Event loops (loop_linux.go, loopsession_linux.go).
+// Event loops (netloop).
 //
 // After startup, a session whose two connections are plain TCP or Unix
 // sockets is handed to one of Server's event loops (Config.EventLoops)
-// instead of starting its pumps. The loop runs the pumps' own step
-// functions, so what it relays is relayed exactly as the pumps would, one
-// read and one write per batch and no goroutine wake-up. A step never
-// waits on the loop's thread: where a pump would wait (a hidden query for
-// the session state, a lease or fence the generator must renew, a
-// prepared INSERT to prepare again) the step returns errHandover before
-// changing anything, and so do Terminate, a message larger than the read
-// buffer, end of input, a read or write error, and a peer slow to read (a
-// write the socket does not take whole). The session then goes back to
-// its goroutine: the pumps start with the buffers as the loop left them
-// and take the message from its start.
+// instead of starting its pumps. The loop runs the pumps' own steps
+// (netloop.Steps, below), so what it relays is relayed exactly as the
+// pumps would, one read and one write per batch and no goroutine wake-up.
+// A step never waits on the loop's thread: where a pump would wait (a
+// hidden query for the session state, a lease or fence the generator must
+// renew, a prepared INSERT to prepare again) the step returns
+// netloop.ErrHandover before changing anything, and so do Terminate, a
+// message larger than the read buffer, end of input, a read or write
+// error, and a peer slow to read. The session then goes back to its
+// goroutine: the pumps start with the buffers as the loop left them and
+// take the message from its start.
 //
 // The pumps give the session back to the loop when both wait for input
-// (parker below), after a number of client messages that doubles each
+// (netloop's parking), after a number of client messages that doubles each
 // time the loop handed the session over soon after taking it (a session
 // whose statements keep needing the pumps stays with them).
 
-// errWantLoop ends both pumps when the session goes back to its loop.
-var errWantLoop = errors.New("back to the event loop")
-
-// Pump states (session.pumpState): a pump sets its parked bit while it
-// waits for input in frameReader.poll with no whole message buffered; the
-// pump that parks second, when the session may go back to the loop, also
-// sets stopping, and wakes the other with a read deadline. A pump that
-// sees stopping returns errWantLoop at once, without taking another
-// message. Both pumps being parked means no message is half relayed, no
-// hidden query runs and nothing waits for a write, so the loop can go on
-// from the buffers as they are.
-const (
-	parkedClient uint32 = 1 << iota
-	parkedServer
-	stopping
+var (
+	errWantLoop = netloop.ErrWantLoop
+	errHandover = netloop.ErrHandover
 )
 
-// parker is a pump's side of that protocol (nil in tests of frameReader).
-type parker struct {
-	ss  *session
-	bit uint32
-}
-
-// park marks the pump parked; true means stop now (errWantLoop).
-func (k *parker) park() bool {
-	ss := k.ss
-	for {
-		old := ss.pumpState.Load()
-		if old&stopping != 0 {
-			return true
+// Step is netloop.Steps.Step: one whole message of side, on a loop
+// thread or in a pump's poll. Terminate on a loop thread is handed over:
+// the pumps end the session.
+func (ss *session) Step(side netloop.Side, typ byte) error {
+	if side == netloop.Client {
+		if typ == 'X' && ss.onLoop() {
+			return errHandover
 		}
-		nw := old | k.bit
-		if nw&(parkedClient|parkedServer) == parkedClient|parkedServer && ss.mayReenter() {
-			nw |= stopping
-		}
-		if !ss.pumpState.CompareAndSwap(old, nw) {
-			continue
-		}
-		if nw&stopping == 0 {
-			return false
-		}
-		other := ss.client
-		if k.bit == parkedClient {
-			other = ss.server
-		}
-		ss.deadline(other, time.Unix(1, 0), true)
-		return true
+		_, _, _ = ss.cr.next() // whole: the header is valid
+		return (*clientPump)(ss).step(typ)
 	}
+	_, _, _ = ss.sr.next()
+	return (*serverPump)(ss).step(typ)
 }
 
-// unpark clears the pump's parked bit when it has input again; true means
-// stop now (errWantLoop).
-func (k *parker) unpark() bool {
-	ss := k.ss
-	for {
-		old := ss.pumpState.Load()
-		if old&stopping != 0 {
-			return true
+// EndTurn is netloop.Steps.EndTurn: after a loop turn on the client's
+// input, flush to the server; after one on the server's, end the batch.
+func (ss *session) EndTurn(side netloop.Side) error {
+	if side == netloop.Client {
+		if err := ss.sw.Flush(); err != nil {
+			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
 		}
-		if old&k.bit == 0 || ss.pumpState.CompareAndSwap(old, old&^k.bit) {
-			return false
-		}
+		return nil
 	}
+	if err := (*serverPump)(ss).unlock(); err != nil {
+		return &Error{Kind: KindClientIO, Message: "write", Err: err}
+	}
+	return nil
 }
 
-// mayReenter reports whether the session should go back to its loop now:
-// it was in one before, is not ending, owes the client nothing, and has
-// not been handed over soon after its last return (loopMin backs off a
-// session that keeps needing its goroutines).
-func (ss *session) mayReenter() bool {
+// Wake is netloop.Parking.Wake: a read deadline in the past.
+func (ss *session) Wake(side netloop.Side) {
+	c := ss.client
+	if side == netloop.Server {
+		c = ss.server
+	}
+	ss.deadline(c, time.Unix(1, 0), true)
+}
+
+// MayReenter is netloop.Parking.MayReenter: the session should go back to
+// its loop now: it was in one before, is not ending, owes the client
+// nothing, and has not been handed over soon after its last return
+// (loopMin backs off a session that keeps needing its goroutines).
+func (ss *session) MayReenter() bool {
 	if !ss.loopOK || ss.ctx.Err() != nil || ss.hiddenActive.Load() || ss.msgs.Load()-ss.msgsAtSwitch < ss.loopMin {
 		return false
 	}
@@ -104,6 +85,45 @@ func (ss *session) mayReenter() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.q.empty() && !ss.dirty
+}
+
+// serveInLoop relays the session on lp while its traffic allows, and
+// returns once the loop has handed it back with both connections restored
+// as net.Conns; the pumps take over from there. It returns at once, with
+// the session unchanged and entered false, when the loop cannot take it
+// (netloop.Relay.Enter).
+func (ss *session) serveInLoop(lp *netloop.Loop) (entered bool, err error) {
+	ss.msgsAtSwitch = ss.msgs.Load()
+	taken, err := ss.rel.Enter(lp, [2]net.Conn{ss.client, ss.server}, func() bool { return ss.ctx.Err() != nil })
+	if !taken {
+		return false, nil
+	}
+	if err != nil {
+		ss.log.Warn("event loop refused the session", logError, err)
+	} else {
+		entered = true
+		ss.loopOK = true
+		ss.srv.stats.loopIn.Add(1)
+		x := ss.rel.Wait()
+		ss.srv.stats.handovers.Add(1)
+		ss.noteHandover()
+		ss.log.Debug("event loop handed the session over", "client_side", x.Side == netloop.Client, logError, x.Err, "back_off", ss.loopMin)
+	}
+	return entered, ss.leaveLoop()
+}
+
+// leaveLoop installs the connections the loop gave back; an abort or cut
+// that came meanwhile applies to them at once.
+func (ss *session) leaveLoop() error {
+	conns, err := ss.rel.Leave()
+	if err != nil {
+		// cw still writes to the descriptor, now closed: nothing more may
+		// be written to the client (tellCut).
+		ss.outBroken = true
+		return &Error{Kind: KindClientIO, Message: "leave event loop", Err: err}
+	}
+	ss.setConns(conns[netloop.Client], conns[netloop.Server])
+	return nil
 }
 
 // noteHandover adjusts the back-off after the loop handed the session
@@ -149,12 +169,12 @@ func DefaultEventLoops(procs int) int { return max(1, procs) }
 // EventLoopsAvailable reports whether this platform has event loops
 // (Linux, epoll); elsewhere Config.EventLoops is ignored and every session
 // runs on its own goroutines.
-const EventLoopsAvailable = loopAvailable
+const EventLoopsAvailable = netloop.Available
 
 // pickLoop returns the event loop for a new session's relay, starting the
 // loops on first use, or nil when sessions must use goroutines only.
-func (s *Server) pickLoop() *eventLoop {
-	if !loopAvailable || s.cfg.EventLoops < 0 {
+func (s *Server) pickLoop() *netloop.Loop {
+	if !netloop.Available || s.cfg.EventLoops < 0 {
 		return nil
 	}
 	s.mu.Lock()
@@ -164,11 +184,11 @@ func (s *Server) pickLoop() *eventLoop {
 	}
 	if s.loops == nil {
 		for range s.cfg.EventLoops {
-			lp, err := newEventLoop(s.log)
+			lp, err := netloop.NewLoop(s.log)
 			if err != nil {
 				s.log.Warn("no event loops: sessions use goroutines", logError, err)
 				for _, lp := range s.loops {
-					lp.stop()
+					lp.Stop()
 				}
 				s.loops, s.loopsFailed = nil, true
 				return nil
@@ -187,6 +207,9 @@ func (s *Server) stopLoops() {
 	s.loops, s.loopsFailed = nil, true
 	s.mu.Unlock()
 	for _, lp := range loops {
-		lp.stop()
+		lp.Stop()
 	}
 }
+
+// onLoop reports whether the session's steps run on a loop thread now.
+func (ss *session) onLoop() bool { return ss.rel != nil && ss.rel.InLoop() }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // Pass-through traffic in both protocols, pipelined or not, stays in the
@@ -345,8 +345,8 @@ func TestLoopHandoverDuringRegistration(t *testing.T) {
 	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}, EventLoops: 1})
 	var c net.Conn
 	handedEarly := make(chan bool, 1)
-	hook := func(ss *session) {
-		testHookBetweenAdds.Store(nil)
+	hook := func(r *netloop.Relay) {
+		netloop.TestHookBetweenAdds.Store(nil)
 		b, _ := (&pgproto3.Query{String: "SELECT '" + strings.Repeat("q", 20000) + "'"}).Encode(nil)
 		if _, err := c.Write(b); err != nil {
 			t.Error(err)
@@ -355,12 +355,12 @@ func TestLoopHandoverDuringRegistration(t *testing.T) {
 		// on the message once the session is wholly registered.
 		early := false
 		for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline) && !early; time.Sleep(time.Millisecond) {
-			early = !ss.inLoop.Load()
+			early = !r.InLoop()
 		}
 		handedEarly <- early
 	}
-	testHookBetweenAdds.Store(&hook)
-	t.Cleanup(func() { testHookBetweenAdds.Store(nil) })
+	netloop.TestHookBetweenAdds.Store(&hook)
+	t.Cleanup(func() { netloop.TestHookBetweenAdds.Store(nil) })
 	s := startRawHooked(t, p.addr, srv.Superuser(), "postgres", &c)
 	if <-handedEarly {
 		t.Error("the loop handed the session over before its second descriptor was registered")
@@ -397,18 +397,12 @@ func assertLoopsEmpty(t *testing.T, p *proxy) {
 	loops := p.Server.loops
 	p.Server.mu.Unlock()
 	for _, lp := range loops {
-		info, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", lp.epfd))
+		epoll, sides, err := lp.Registered()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := strings.Count(string(info), "tfd:"); n != 1 {
-			t.Fatalf("%d descriptors registered with the loop after every session ended, want 1 (its pipe):\n%s", n, info)
-		}
-		lp.mu.Lock()
-		n := len(lp.sides)
-		lp.mu.Unlock()
-		if n != 0 {
-			t.Fatalf("%d sides left", n)
+		if epoll != 1 || sides != 0 {
+			t.Fatalf("%d descriptors registered with the loop and %d sides left after every session ended, want 1 (its pipe) and 0", epoll, sides)
 		}
 	}
 }

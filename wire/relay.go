@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // serverPump copies server messages to the client (phase 6 of doc.go). It
@@ -28,9 +29,8 @@ func (p *serverPump) run(done chan<- pumpResult) {
 func (p *serverPump) loop() error {
 	ss := (*session)(p)
 	p.locked = false
-	if b := ss.pendingOut[0]; b != nil {
+	if b := ss.rel.TakePending(netloop.Client); b != nil {
 		// runPumps took wmu for this.
-		ss.pendingOut[0] = nil
 		p.locked = true
 		if _, err := ss.cw.Write(b); err != nil {
 			_ = p.unlock()
@@ -40,12 +40,12 @@ func (p *serverPump) loop() error {
 			return &Error{Kind: KindClientIO, Message: "write", Err: err}
 		}
 	}
-	if x := ss.loopErr; !x.client && x.err != nil {
-		return x.err
+	if x := ss.rel.LastExit(); x.Side == netloop.Server && x.Err != nil {
+		return x.Err
 	}
 	for {
-		if ss.sr.src != nil {
-			if err := ss.sr.poll(p.step); err != nil {
+		if ss.sr.CanPoll() {
+			if err := ss.sr.Poll(ss, netloop.Server); err != nil {
 				return err
 			}
 		}
@@ -86,7 +86,7 @@ func (p *serverPump) step(typ byte) error {
 		_ = p.unlock()
 		return err
 	}
-	if ss.sr.r.Buffered() == 0 {
+	if ss.sr.R.Buffered() == 0 {
 		if err := p.unlock(); err != nil {
 			return &Error{Kind: KindClientIO, Message: "write", Err: err}
 		}

@@ -32,7 +32,7 @@ func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 	if rec.gen == p.mirror.gen || !safe || status == 'E' {
 		return nil
 	}
-	if ss.inLoop.Load() {
+	if ss.onLoop() {
 		p.wouldWait = true // insertTemplate may need a hidden query
 		return nil
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // Config configures a Server. Zero values are documented defaults.
@@ -145,7 +147,7 @@ type Server struct {
 	maxClients  atomic.Int64
 	idleTimeout atomic.Int64
 
-	loops       []*eventLoop // started on first use (loop.go)
+	loops       []*netloop.Loop // started on first use (loop.go)
 	loopNext    uint32
 	loopsFailed bool // no loops: they could not start, or the server closed
 

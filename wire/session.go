@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // session is one client connection and its server connection.
@@ -135,27 +136,15 @@ type session struct {
 	sout     []byte // scratch for the server pump
 	locked   bool   // the server pump holds wmu for the batch it relays
 
-	// Event loop (loop.go). inLoop is true while an eventLoop relays the
-	// session; loopFD are the descriptors it polls (-1 otherwise, guarded
-	// by connMu). The loop thread owns the rest while inLoop; the session
-	// goroutine after loopExit delivered the handover.
-	inLoop   atomic.Bool
-	loopGen  atomic.Uint64 // counts registrations with a loop
-	loopFD   [2]int
-	loopRd   [2]*loopReader
-	loopWr   [2]*loopWriter
-	loopStep [2]func(typ byte) error
-	loopExit chan loopExit
-	loopErr  loopExit // a step error met in the loop, for its pump to return
-	// pendingOut: bytes the loop could not write, to the client [0] and
-	// the server [1]; the pumps write them first (runPumps).
-	pendingOut [2][]byte
-	loopOK     bool // the session entered a loop once: it may return (loop.go)
-	// pumpState: parked bits and stopping (loop.go). msgs counts client
-	// messages (written only by whoever runs the client steps, read by the
-	// other pump); msgsAtSwitch is msgs at the last entry to or exit from the
-	// loop, loopMin the back-off (session goroutine, read by the pumps).
-	pumpState    atomic.Uint32
+	// Event loop (loop.go, netloop). rel is the loop machinery's part of
+	// the session. loopOK: the session entered a loop once, so it may
+	// return. msgs counts client messages (written only by whoever runs
+	// the client steps, read by the other pump and the reaper);
+	// msgsAtSwitch is msgs at the last entry to or exit from the loop,
+	// loopMin the back-off, handoverN the handovers so far (session
+	// goroutine, read by the parker).
+	rel          *netloop.Relay
+	loopOK       bool
 	msgs         atomic.Uint64
 	msgsAtSwitch uint64
 	loopMin      uint64
@@ -165,7 +154,7 @@ type session struct {
 func newSession(srv *Server, c net.Conn, id uint64) *session {
 	ss := &session{srv: srv, cfg: &srv.cfg, id: id, client: c, start: time.Now(),
 		track: srv.cfg.Rewriter != nil, txStatus: 'I', params: map[string]string{}, hqDone: make(chan struct{}, 1),
-		loopFD: [2]int{-1, -1}, loopMin: 1}
+		loopMin: 1}
 	ss.ctx, ss.cancel = context.WithCancel(srv.ctx)
 	ss.log = srv.log.With(logSession, id)
 	return ss
@@ -214,10 +203,8 @@ func (ss *session) abort() {
 	// In the loop: both ends see end of input, and the loop hands the
 	// session back to its goroutine, whose connections then carry the
 	// deadline above (leaveLoop).
-	for _, fd := range ss.loopFD {
-		if fd >= 0 {
-			shutdownFD(fd)
-		}
+	if ss.rel != nil {
+		ss.rel.Shutdown(false)
 	}
 }
 
@@ -266,9 +253,10 @@ func (ss *session) relay() error {
 	ss.relaying.Store(true)
 	ss.deadline(ss.client, time.Time{}, false)
 	ss.deadline(ss.server, time.Time{}, false)
-	ss.cr.max = ss.cfg.MaxMessageSize
-	ss.cr.pk = &parker{ss: ss, bit: parkedClient}
-	ss.sr.pk = &parker{ss: ss, bit: parkedServer}
+	ss.cr.Max = ss.cfg.MaxMessageSize
+	ss.connMu.Lock() // abort and cut read rel
+	ss.rel = netloop.NewRelay(ss, ss, [2]*netloop.Input{&ss.cr.Input, &ss.sr.Input}, [2]*bufio.Writer{ss.cw, ss.sw})
+	ss.connMu.Unlock()
 	for {
 		entered := false
 		if lp := ss.srv.pickLoop(); lp != nil {
@@ -286,7 +274,7 @@ func (ss *session) relay() error {
 		}
 		// Both pumps parked and stopped for the loop (loop.go): lift the
 		// deadline that woke the second one.
-		ss.pumpState.Store(0)
+		ss.rel.ResetParking()
 		ss.deadline(ss.client, time.Time{}, false)
 		ss.deadline(ss.server, time.Time{}, false)
 	}
@@ -296,15 +284,15 @@ func (ss *session) relay() error {
 // The first to end half-closes its destination so that the other side sees
 // EOF in turn. again is true when both stopped to go back to the loop.
 func (ss *session) runPumps() (first error, again bool) {
-	ss.cr.usePoll(ss.client)
-	ss.sr.usePoll(ss.server)
+	ss.cr.UsePoll(ss.client)
+	ss.sr.UsePoll(ss.server)
 	if ss.sw.Flush() == nil {
-		useSockWriter(ss.sw, ss.server)
+		netloop.UseSockWriter(ss.sw, ss.server)
 	}
 	if ss.cw.Flush() == nil {
-		useSockWriter(ss.cw, ss.client)
+		netloop.UseSockWriter(ss.cw, ss.client)
 	}
-	if ss.pendingOut[0] != nil {
+	if ss.rel.HasPending(netloop.Client) {
 		// Taken for the server pump, which writes what the loop left for
 		// the client before anything the client pump may send.
 		ss.wmu.Lock()

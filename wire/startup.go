@@ -151,7 +151,7 @@ func (ss *session) connect(pkt []byte) error {
 	binary.BigEndian.PutUint32(out, uint32(len(out)))
 
 	ss.cw = bufio.NewWriterSize(ss.client, ioBufferSize)
-	ss.cr = frameReader{r: bufio.NewReaderSize(ss.client, ioBufferSize), max: maxAuthMessage}
+	ss.cr = newFrameReader(ss.client, maxAuthMessage)
 	if err := ss.openServer(out); err != nil {
 		if kindOf(err) != KindUpstreamIO && ss.cutErr.Load() == nil {
 			ss.fatal(err)

@@ -230,7 +230,7 @@ func (ss *session) openServer(startup []byte) error {
 		if last {
 			return nil
 		}
-		if b, err := ss.sr.r.Peek(1); err != nil || b[0] != 'E' {
+		if b, err := ss.sr.R.Peek(1); err != nil || b[0] != 'E' {
 			return nil // authenticate reports a read error
 		}
 		ss.log.Debug("server refused the session; trying the next sslmode attempt", "tls", a != attemptPlain && !plain)
@@ -248,7 +248,7 @@ func (ss *session) installServer(c net.Conn) {
 	ss.setConns(ss.client, c)
 	ss.deadline(c, time.Now().Add(ss.cfg.HandshakeTimeout), false)
 	ss.sw = bufio.NewWriterSize(c, ioBufferSize)
-	ss.sr = frameReader{r: bufio.NewReaderSize(c, ioBufferSize), max: maxServerMessage}
+	ss.sr = newFrameReader(c, maxServerMessage)
 }
 
 // dialCancel opens a connection for a CancelRequest as sessions connect:

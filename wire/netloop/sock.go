@@ -1,6 +1,6 @@
 //go:build unix
 
-package wire
+package netloop
 
 import (
 	"bufio"
@@ -12,10 +12,10 @@ import (
 	"unsafe"
 )
 
-// sockReader is the reader under a pump's bufio.Reader when the connection
-// exposes its descriptor (TCP and Unix sockets, not TLS). Outside a poll it
-// reads like the connection. Inside one (frameReader.poll) it reads the
-// descriptor directly with a raw, non-blocking system call.
+// sockReader is the reader under an Input's bufio.Reader when the
+// connection exposes its descriptor (TCP and Unix sockets, not TLS).
+// Outside a poll it reads like the connection. Inside one (Input.Poll) it
+// reads the descriptor directly with a raw, non-blocking system call.
 //
 // It does not skip the read that fails with EAGAIN after a short read, as
 // an event loop with level-triggered readiness can: the runtime's poller is
@@ -26,14 +26,14 @@ type sockReader struct {
 	conn    net.Conn
 	rc      syscall.RawConn
 	fd      int    // valid while polling
-	polling bool   // inside frameReader.poll
+	polling bool   // inside Input.Poll
 	err     error  // a read error met while polling, returned by the next Read
 	pre     []byte // bytes buffered before the switch to this reader, returned first
 }
 
-// errPollExit is what sockReader returns to bufio while polling: the read
-// would block (EAGAIN) or failed (the error is kept in sockReader.err for
-// the blocking read that follows).
+// errWouldBlock and errPollExit are what the raw readers return to bufio:
+// the read would block (EAGAIN), or failed while polling (the error is
+// kept in sockReader.err for the blocking read that follows).
 var (
 	errWouldBlock = errors.New("read would block")
 	errPollExit   = errors.New("read error while polling")
@@ -67,15 +67,6 @@ func newSockReader(c net.Conn, buffered []byte) *sockReader {
 	return s
 }
 
-// takePre copies what *pre still holds into p, first.
-func takePre(pre *[]byte, p []byte) int {
-	n := copy(p, *pre)
-	if *pre = (*pre)[n:]; len(*pre) == 0 {
-		*pre = nil
-	}
-	return n
-}
-
 // readRaw reads fd once with a raw system call, retrying EINTR: the
 // socket does not block, so the goroutine keeps its P (see
 // sockWriter.write). len(p) must be positive.
@@ -98,6 +89,7 @@ func (s *sockReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	if !s.polling {
+		MayWait("a blocking socket read")
 		return s.conn.Read(p)
 	}
 	if len(p) == 0 {
@@ -159,6 +151,7 @@ func (w *sockWriter) write(fd uintptr) bool {
 			w.p = w.p[int(r):]
 		case syscall.EINTR:
 		case syscall.EAGAIN:
+			MayWait("a socket write the peer is slow to read")
 			return false
 		default:
 			w.errno = e
@@ -185,66 +178,66 @@ func (w *sockWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// useSockWriter makes bw write to c through a sockWriter when c is a
-// socket. bw must have been flushed.
-func useSockWriter(bw *bufio.Writer, c net.Conn) {
+// UseSockWriter makes bw write to c through raw system calls (sockWriter)
+// when c is a socket. bw must have been flushed.
+func UseSockWriter(bw *bufio.Writer, c net.Conn) {
 	if w := newSockWriter(c); w != nil {
 		bw.Reset(w)
 	}
 }
 
-// usePoll switches f to read c through a sockReader (see poll) when c is a
-// socket, keeping what f had buffered.
-func (f *frameReader) usePoll(c net.Conn) {
-	if f.src != nil && f.src.conn == c {
-		return // already (leaveLoop)
+// UsePoll switches in to read c through a sockReader (see Poll) when c is
+// a socket, keeping what in had buffered.
+func (in *Input) UsePoll(c net.Conn) {
+	if in.src != nil && in.src.conn == c {
+		return // already (Relay.Leave)
 	}
 	var buffered []byte
-	if n := f.r.Buffered(); n > 0 {
-		buffered, _ = f.r.Peek(n)
+	if n := in.R.Buffered(); n > 0 {
+		buffered, _ = in.R.Peek(n)
 	}
 	s := newSockReader(c, buffered)
 	if s == nil {
 		return
 	}
-	f.src = s
-	f.r.Reset(s)
+	in.src = s
+	in.R.Reset(s)
 }
 
-// poll calls step for every message that arrives whole in the read buffer,
-// reading the socket with raw non-blocking system calls and waiting for
-// readiness in the runtime's network poller between arrivals, all inside
-// one RawConn.Read: no net.Conn.Read per arrival, and the goroutine keeps
-// its P during the reads (see sockWriter). It
-// returns step's first error, or nil when the caller must take the next
-// message the blocking way: one larger than the read buffer, a malformed or
-// oversized header, a read error (kept for that blocking read), or a
-// deadline or close of the connection. step must consume exactly the
-// message it is given.
-func (f *frameReader) poll(step func(typ byte) error) error {
-	s := f.src
+// Poll calls steps.Step for every message of side that arrives whole in
+// the read buffer, reading the socket with raw non-blocking system calls
+// and waiting for readiness in the runtime's network poller between
+// arrivals, all inside one RawConn.Read: no net.Conn.Read per arrival, and
+// the goroutine keeps its P during the reads (see sockWriter). It returns
+// a step's first error; ErrWantLoop when the pumps stop for the event loop
+// (park.go); or nil when the caller must take the next message the
+// blocking way: one larger than the read buffer, a malformed or oversized
+// header, a read error (kept for that blocking read), or a deadline or
+// close of the connection. A step must consume exactly the message it is
+// given.
+func (in *Input) Poll(steps Steps, side Side) error {
+	s := in.src
 	var stepErr error
 	stop := false
 	_ = s.rc.Read(func(fd uintptr) bool {
-		if f.pk != nil && f.pk.unpark() {
+		if in.park != nil && in.park.unpark() {
 			stop = true
 			return true
 		}
 		s.fd, s.polling = int(fd), true
 		defer func() { s.polling = false }()
 		for {
-			switch f.front() {
+			switch in.front() {
 			case frameSlow:
 				return true
 			case frameWhole:
-				typ, _, _ := f.next()
-				if stepErr = step(typ); stepErr != nil {
+				if stepErr = steps.Step(side, in.typ()); stepErr != nil {
 					return true
 				}
 				continue
 			}
-			if _, err := f.r.Peek(f.r.Buffered() + 1); err != nil {
-				if err == errWouldBlock && f.pk != nil && f.pk.park() {
+			if _, err := in.R.Peek(in.R.Buffered() + 1); err != nil {
+				if err == errWouldBlock && in.park != nil && in.park.park() {
 					stop = true
 					return true
 				}
@@ -252,8 +245,8 @@ func (f *frameReader) poll(step func(typ byte) error) error {
 			}
 		}
 	})
-	if stepErr == nil && f.pk != nil && (stop || f.pk.unpark()) {
-		return errWantLoop
+	if stepErr == nil && in.park != nil && (stop || in.park.unpark()) {
+		return ErrWantLoop
 	}
 	return stepErr
 }

@@ -1,9 +1,8 @@
 //go:build linux
 
-package wire
+package netloop
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,20 +14,22 @@ import (
 	"unsafe"
 )
 
-// eventLoop relays sessions whose traffic needs no waiting (loop.go says
-// which) on one OS thread, with level-triggered epoll: one read per
-// readiness event and no goroutine wake-up per message. Readiness stays
-// reported while data or a FIN is unread, so the loop never needs the
-// extra read that ends in EAGAIN which the runtime's edge-triggered poller
-// requires (sockReader).
+// Available reports whether this platform has event loops (Linux, epoll).
+const Available = true
+
+// Loop relays sessions whose traffic needs no waiting on one OS thread,
+// with level-triggered epoll: one read per readiness event and no
+// goroutine wake-up per message. Readiness stays reported while data or a
+// FIN is unread, so the loop never needs the extra read that ends in
+// EAGAIN which the runtime's edge-triggered poller requires (sockReader).
 //
 // The descriptors it polls are duplicates taken out of the runtime's
 // poller (the net.Conns are closed, which does not close the sockets), so
-// the runtime never wakes for them. Lifetime: started by Server on first
-// use, stopped by Server.Close after every session has ended.
-type eventLoop struct {
+// the runtime never wakes for them. Lifetime: started by its user, stopped
+// once every session has left it.
+type Loop struct {
 	epfd int
-	wake [2]int // pipe: stop writes to wake[1]
+	wake [2]int // pipe: Stop writes to wake[1]
 	log  *slog.Logger
 
 	mu       sync.Mutex
@@ -38,19 +39,20 @@ type eventLoop struct {
 }
 
 // loopSide is one registered descriptor: a session's client or server end,
-// and the registration it belongs to (session.loopGen).
+// and the registration it belongs to (Relay.gen).
 type loopSide struct {
-	ss     *session
-	client bool
-	gen    uint64
+	r    *Relay
+	side Side
+	gen  uint64
 }
 
-func newEventLoop(log *slog.Logger) (*eventLoop, error) {
+// NewLoop starts a loop thread.
+func NewLoop(log *slog.Logger) (*Loop, error) {
 	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
 	}
-	lp := &eventLoop{epfd: epfd, log: log, sides: map[int32]loopSide{}, done: make(chan struct{})}
+	lp := &Loop{epfd: epfd, log: log, sides: map[int32]loopSide{}, done: make(chan struct{})}
 	if err := syscall.Pipe2(lp.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
 		_ = syscall.Close(epfd)
 		return nil, fmt.Errorf("pipe2: %w", err)
@@ -64,21 +66,40 @@ func newEventLoop(log *slog.Logger) (*eventLoop, error) {
 	return lp, nil
 }
 
-func (lp *eventLoop) closeFDs() {
+func (lp *Loop) closeFDs() {
 	_ = syscall.Close(lp.epfd)
 	_ = syscall.Close(lp.wake[0])
 	_ = syscall.Close(lp.wake[1])
 }
 
-// stop ends the loop thread and releases its descriptors. Every session
+// Stop ends the loop thread and releases its descriptors. Every session
 // must have left the loop.
-func (lp *eventLoop) stop() {
+func (lp *Loop) Stop() {
 	lp.mu.Lock()
 	lp.stopping = true
 	lp.mu.Unlock()
 	_, _ = syscall.Write(lp.wake[1], []byte{1})
 	<-lp.done
 	lp.closeFDs()
+}
+
+// Registered returns how many descriptors the loop's epoll set holds,
+// its own pipe included, as the kernel reports them, and how many
+// session sides it knows: after every session has left, 1 and 0.
+func (lp *Loop) Registered() (epoll, sides int, err error) {
+	info, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", lp.epfd))
+	if err != nil {
+		return 0, 0, err
+	}
+	for i := 0; i+4 <= len(info); i++ {
+		if string(info[i:i+4]) == "tfd:" {
+			epoll++
+		}
+	}
+	lp.mu.Lock()
+	sides = len(lp.sides)
+	lp.mu.Unlock()
+	return epoll, sides, nil
 }
 
 // add registers a session's two descriptors. Their sides are recorded
@@ -88,7 +109,7 @@ func (lp *eventLoop) stop() {
 // second descriptor is still being added. Regression: that handover
 // removed only the first, and the second stayed registered after its
 // close, its events reported forever. On failure nothing stays registered.
-func (lp *eventLoop) add(ss *session, cfd, sfd int, gen uint64) error {
+func (lp *Loop) add(r *Relay, cfd, sfd int, gen uint64) error {
 	for i, fd := range []int{cfd, sfd} {
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(fd)}
 		if err := syscall.EpollCtl(lp.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
@@ -97,22 +118,26 @@ func (lp *eventLoop) add(ss *session, cfd, sfd int, gen uint64) error {
 			}
 			return fmt.Errorf("epoll_ctl add %d: %w", fd, err)
 		}
-		if h := testHookBetweenAdds.Load(); i == 0 && h != nil {
-			(*h)(ss)
+		if h := TestHookBetweenAdds.Load(); i == 0 && h != nil {
+			(*h)(r)
 		}
 	}
 	lp.mu.Lock()
-	lp.sides[int32(cfd)] = loopSide{ss: ss, client: true, gen: gen}
-	lp.sides[int32(sfd)] = loopSide{ss: ss, gen: gen}
+	lp.sides[int32(cfd)] = loopSide{r: r, side: Client, gen: gen}
+	lp.sides[int32(sfd)] = loopSide{r: r, side: Server, gen: gen}
 	lp.mu.Unlock()
 	return nil
 }
 
-// testHookBetweenAdds, when set by a test, runs between the two epoll
-// additions of add.
-var testHookBetweenAdds atomic.Pointer[func(*session)]
+// TestHookBetweenAdds, when set by a test, runs between the two epoll
+// additions of a session.
+var TestHookBetweenAdds atomic.Pointer[func(*Relay)]
 
-func (lp *eventLoop) remove(cfd, sfd int) {
+// TestHookUnknownEvent, when set by a test, runs on the loop thread for an
+// event of a descriptor the loop knows no side of (yet).
+var TestHookUnknownEvent atomic.Pointer[func(fd int32)]
+
+func (lp *Loop) remove(cfd, sfd int) {
 	lp.mu.Lock()
 	delete(lp.sides, int32(cfd))
 	delete(lp.sides, int32(sfd))
@@ -123,13 +148,15 @@ func (lp *eventLoop) remove(cfd, sfd int) {
 // before any is handled, and an event is handled only while its session is
 // in the loop under the same registration: a session handed over while
 // the batch is handled has inLoop false for its later events, and once its
-// goroutine has registered it again (new descriptors, a new loopGen), they
-// are stale too: without that check the loop thread could act on the
+// goroutine has registered it again (new descriptors, a new gen), they are
+// stale too: without that check the loop thread could act on the
 // session's next registration while its goroutine was still setting it
 // up.
-func (lp *eventLoop) run() {
+func (lp *Loop) run() {
 	runtime.LockOSThread()
 	defer close(lp.done)
+	leave := enterLoopThread()
+	defer leave()
 	var evs [128]syscall.EpollEvent
 	var sides [128]loopSide
 	for {
@@ -140,7 +167,7 @@ func (lp *eventLoop) run() {
 			}
 			// Cannot happen with a valid epoll descriptor; sessions still
 			// registered would hang, so say so loudly.
-			lp.log.Error("event loop stopped", logError, err)
+			lp.log.Error("event loop stopped", "err", err)
 			return
 		}
 		lp.mu.Lock()
@@ -153,8 +180,15 @@ func (lp *eventLoop) run() {
 			return
 		}
 		for i := 0; i < n; i++ {
-			if s := sides[i]; s.ss != nil && s.ss.inLoop.Load() && s.ss.loopGen.Load() == s.gen {
-				s.ss.loopEvent(lp, s.client)
+			s := sides[i]
+			if s.r == nil {
+				if h := TestHookUnknownEvent.Load(); h != nil && evs[i].Fd != int32(lp.wake[0]) {
+					(*h)(evs[i].Fd)
+				}
+				continue
+			}
+			if s.r.inLoop.Load() && s.r.gen.Load() == s.gen {
+				s.r.event(lp, s.side)
 			}
 		}
 		clear(sides[:n])
@@ -162,28 +196,22 @@ func (lp *eventLoop) run() {
 }
 
 // handover takes a session out of the loop: its goroutine continues with
-// the pumps (session.serveInLoop). err is a step's error, for the pump of
-// that side to return.
-func (lp *eventLoop) handover(ss *session, client bool, err error) {
-	ss.inLoop.Store(false)
-	cfd, sfd := ss.loopFD[0], ss.loopFD[1]
+// the pumps (Relay.Wait). err is a step's error, for the pump of that side
+// to return.
+func (lp *Loop) handover(r *Relay, side Side, err error) {
+	r.inLoop.Store(false)
+	cfd, sfd := r.fd[Client], r.fd[Server]
 	_ = syscall.EpollCtl(lp.epfd, syscall.EPOLL_CTL_DEL, cfd, nil)
 	_ = syscall.EpollCtl(lp.epfd, syscall.EPOLL_CTL_DEL, sfd, nil)
 	lp.remove(cfd, sfd)
-	if errors.Is(err, errHandover) {
+	if err == ErrHandover {
 		err = nil
 	}
-	ss.loopExit <- loopExit{client: client, err: err}
+	r.exit <- Exit{Side: side, Err: err}
 }
 
-// loopExit is what the loop hands back with a session.
-type loopExit struct {
-	client bool  // the side whose event ended the loop's turn
-	err    error // that side's step error, nil for a plain handover
-}
-
-// loopReader is the reader under a frameReader while its session is in
-// the loop: one raw, non-blocking read per call.
+// loopReader is the reader under an Input while its session is in the
+// loop: one raw, non-blocking read per call.
 type loopReader struct {
 	fd  int
 	pre []byte // bytes buffered before the switch, returned first
@@ -265,8 +293,10 @@ func dupFD(rc syscall.RawConn) (int, error) {
 
 func closeFD(fd int) { _ = syscall.Close(fd) }
 
-func shutdownFD(fd int) { _ = syscall.Shutdown(fd, syscall.SHUT_RDWR) }
-
-func shutdownReadFD(fd int) { _ = syscall.Shutdown(fd, syscall.SHUT_RD) }
-
-const loopAvailable = true
+func shutdownFD(fd int, readOnly bool) {
+	how := syscall.SHUT_RDWR
+	if readOnly {
+		how = syscall.SHUT_RD
+	}
+	_ = syscall.Shutdown(fd, how)
+}

@@ -1,0 +1,5 @@
+//go:build !netloopdebug
+
+package netloop
+
+const debugTag = false

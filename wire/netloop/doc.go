@@ -1,0 +1,77 @@
+// Package netloop is the session I/O machinery of package wire, apart
+// from the protocol: the event loops (epoll, Linux), the non-blocking
+// socket calls the pumps use, the readers and writers a loop puts under a
+// session's buffers, the parking of the pumps, and the hand-off of a
+// session between a loop thread and its goroutines. It knows of a message
+// only its framing (a type byte and a length word that counts itself and
+// the body); wire's handlers do the rest, through Steps.
+//
+// # Files
+//
+//   - input.go: Input, one side's buffered input whose source changes
+//     with who relays the session, and the framing checks.
+//   - sock.go (unix), sock_other.go: the pumps' socket calls: Input.Poll
+//     reads inside one RawConn.Read with raw non-blocking reads, and
+//     UseSockWriter writes with raw system calls, so that a write that
+//     wakes the peer does not hand the thread's P to another (sysmon);
+//     elsewhere the pumps use net.Conn only.
+//   - relay.go: Side, Steps, Exit and Relay, a session's part of the
+//     machinery; relay_linux.go: Relay.Enter, Wait and Leave, and the
+//     loop thread's turn on one readiness event.
+//   - loop_linux.go: Loop, the epoll thread, and the raw loop reader and
+//     writer; loop_other.go: no loops elsewhere (Available is false).
+//   - park.go: ErrHandover, ErrWantLoop, and the parking that brings a
+//     session back to its loop.
+//   - debug.go, debug_on.go, debug_off.go: the loop-thread check
+//     (MayWait); testing.go: ForceInLoop, for tests of steps.
+//
+// # A session's states
+//
+//	        startup over, both connections plain sockets
+//	                          │ Relay.Enter
+//	                          ▼
+//	┌─────────────────────► ENTERED
+//	│      the loop thread runs Steps.Step for every whole message
+//	│      of a side that is ready (one read per event), then
+//	│      Steps.EndTurn (one write per batch)
+//	│                         │ a step returns ErrHandover (before it
+//	│                         │ changed anything), EOF, a read or
+//	│                         │ write error, a message larger than
+//	│                         │ the buffer, a peer slow to read
+//	│                         ▼
+//	│                    HANDED OVER
+//	│      the descriptors leave epoll; Relay.Wait returns the Exit
+//	│      and Relay.Leave gives net.Conns on the same sockets, the
+//	│      buffers as they are and what the loop could not write
+//	│                         ▼
+//	│                       PUMPS
+//	│      two goroutines, each in Input.Poll on its side; the
+//	│      message handed over is taken again from its start
+//	│                         │ both wait for input
+//	│                         ▼
+//	│                      PARKED
+//	│      the second to park, when Parking.MayReenter, sets
+//	│      stopping and wakes the other; both return ErrWantLoop
+//	│                         │
+//	└────── RE-ENTERED ───────┘
+//
+// From PUMPS, a pump that ends (EOF, error, Terminate) ends the session:
+// it does not go back to the loop.
+//
+// # The loop-thread rule
+//
+// Nothing on a loop thread may wait: every session of that loop would
+// stall behind it. A step therefore decides first whether its message
+// needs a goroutine and returns ErrHandover before it changes anything.
+// What can wait calls MayWait, which panics on a loop thread in a debug
+// build (test binaries, or the netloopdebug build tag).
+//
+// # Ownership
+//
+// While a session is in a loop (Relay.InLoop), the loop thread owns its
+// inputs, writers and loop readers and writers; after Wait the session's
+// goroutine does, and from there each pump its own side. The descriptors
+// a loop polls are guarded by Relay's lock, for Shutdown, which another
+// goroutine calls to end the session; a caller's own connection lock
+// comes before it.
+package netloop

@@ -1,0 +1,42 @@
+//go:build !linux
+
+package netloop
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+)
+
+// Event loops use epoll; elsewhere every session runs on goroutines.
+
+// Available reports whether this platform has event loops.
+const Available = false
+
+// Loop is not available here: NewLoop fails.
+type Loop struct{}
+
+type loopReader struct{ err error }
+
+type loopWriter struct{ pending []byte }
+
+// NewLoop fails: no event loop on this system.
+func NewLoop(*slog.Logger) (*Loop, error) {
+	return nil, errors.New("no event loop on this system")
+}
+
+// Stop does nothing here.
+func (lp *Loop) Stop() {}
+
+// Enter never takes a session here.
+func (r *Relay) Enter(*Loop, [2]net.Conn, func() bool) (bool, error) { return false, nil }
+
+// Wait is never called here.
+func (r *Relay) Wait() Exit { return Exit{} }
+
+// Leave is never called here.
+func (r *Relay) Leave() ([2]net.Conn, error) {
+	return [2]net.Conn{}, errors.New("no event loop on this system")
+}
+
+func shutdownFD(int, bool) {}

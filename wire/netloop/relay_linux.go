@@ -1,0 +1,172 @@
+//go:build linux
+
+package netloop
+
+import (
+	"errors"
+	"net"
+	"os"
+)
+
+// Enter hands the session to lp, relaying conns (client, server). It
+// returns taken false, with nothing changed, when the connections are not
+// plain TCP or Unix sockets (TLS, test pipes), a whole message is already
+// buffered (no readiness event would report it), a writer cannot flush
+// (the pumps meet the error again), or cancelled reports true under the
+// descriptor lock (the session is being ended: see Shutdown). Otherwise
+// the connections are closed (their sockets live on in duplicates the
+// loop polls) and taken is true: call Leave, after Wait when err is nil
+// (the loop relays the session), at once when err says why the loop
+// refused it.
+func (r *Relay) Enter(lp *Loop, conns [2]net.Conn, cancelled func() bool) (taken bool, err error) {
+	if !loopConn(conns[Client]) || !loopConn(conns[Server]) || !r.in[Client].loopReady() || !r.in[Server].loopReady() {
+		return false, nil
+	}
+	if r.out[Server].Flush() != nil || r.out[Client].Flush() != nil {
+		return false, nil
+	}
+	cfd, err := dupFD(syscallConn(conns[Client]))
+	if err != nil {
+		return false, nil
+	}
+	sfd, err := dupFD(syscallConn(conns[Server]))
+	if err != nil {
+		closeFD(cfd)
+		return false, nil
+	}
+	r.mu.Lock()
+	if cancelled() {
+		r.mu.Unlock()
+		closeFD(cfd)
+		closeFD(sfd)
+		return false, nil
+	}
+	// Closing the net.Conns takes the sockets out of the runtime's poller;
+	// the duplicates keep them open.
+	_ = conns[Client].Close()
+	_ = conns[Server].Close()
+	r.fd = [2]int{cfd, sfd}
+	r.mu.Unlock()
+
+	for s, fd := range r.fd {
+		in := r.in[s]
+		r.rd[s] = &loopReader{fd: fd, pre: in.takeBuffered()}
+		r.wr[s] = &loopWriter{fd: fd}
+		in.src = nil
+		in.R.Reset(r.rd[s])
+		r.out[s].Reset(r.wr[s])
+	}
+	if r.exit == nil {
+		r.exit = make(chan Exit, 1)
+	}
+	r.last = Exit{}
+	gen := r.gen.Add(1) // before inLoop: see Loop.run
+	r.inLoop.Store(true)
+	if err := lp.add(r, cfd, sfd, gen); err != nil {
+		r.inLoop.Store(false)
+		r.last = Exit{Side: Client}
+		return true, err
+	}
+	return true, nil
+}
+
+// Wait waits until the loop hands the session back, and returns how its
+// last turn ended. Session goroutine only, after Enter took the session.
+func (r *Relay) Wait() Exit {
+	MayWait("the return of a session from its loop")
+	r.last = <-r.exit
+	return r.last
+}
+
+// loopConn reports whether c is a socket the loop can take.
+func loopConn(c net.Conn) bool {
+	switch c.(type) {
+	case *net.TCPConn, *net.UnixConn:
+		return true
+	}
+	return false
+}
+
+// Leave restores the session after the loop handed it back (or refused
+// it): new net.Conns on the same sockets, the inputs' buffered bytes and
+// read errors kept, the writes the sockets had not taken left for the
+// pumps (TakePending), and the last step error (LastExit). On error the
+// connections are gone, and the writers write to closed descriptors:
+// nothing more may be written.
+func (r *Relay) Leave() (conns [2]net.Conn, err error) {
+	r.mu.Lock()
+	cfd, sfd := r.fd[Client], r.fd[Server]
+	r.fd = [2]int{-1, -1}
+	client, err1 := fdConn(cfd)
+	server, err2 := fdConn(sfd)
+	r.mu.Unlock()
+	if err := errors.Join(err1, err2); err != nil {
+		for _, c := range []net.Conn{client, server} {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+		return conns, err
+	}
+	conns = [2]net.Conn{client, server}
+	for s, c := range conns {
+		in := r.in[s]
+		in.UsePoll(c)
+		if in.src != nil {
+			in.src.err = r.rd[s].err
+		}
+		// What the sockets did not take is written by the pumps, each
+		// before anything else in its direction, so that neither waits
+		// for a peer that waits for the other direction to move.
+		r.pending[s] = r.wr[s].pending
+		r.out[s].Reset(c)
+	}
+	r.rd, r.wr = [2]*loopReader{}, [2]*loopWriter{}
+	return conns, nil
+}
+
+// fdConn makes a net.Conn of a descriptor the loop held, and closes the
+// descriptor (the net.Conn has its own).
+func fdConn(fd int) (net.Conn, error) {
+	f := os.NewFile(uintptr(fd), "")
+	c, err := net.FileConn(f)
+	_ = f.Close()
+	return c, err
+}
+
+// event handles a readiness event of one side on the loop thread.
+func (r *Relay) event(lp *Loop, side Side) {
+	err := r.in[side].loopRead(r.steps, side)
+	if ferr := r.steps.EndTurn(side); ferr != nil && err == nil {
+		err = ferr
+	}
+	if err == nil && (len(r.wr[Client].pending) > 0 || len(r.wr[Server].pending) > 0) {
+		err = ErrHandover // a peer is slow to read: wait for it in a goroutine
+	}
+	if err != nil {
+		lp.handover(r, side, err)
+	}
+}
+
+// loopRead reads once (the loop's readiness is level-triggered: what is
+// left is reported again) and steps through every whole message buffered.
+// It returns ErrHandover when a goroutine must continue: end of input or
+// a read error (read again there), a message that does not fit the buffer
+// or has an invalid length (the pumps stream or refuse it), or a step that
+// would wait.
+func (in *Input) loopRead(steps Steps, side Side) error {
+	if _, err := in.R.Peek(in.R.Buffered() + 1); err != nil && err != errWouldBlock {
+		return ErrHandover
+	}
+	for {
+		switch in.front() {
+		case frameNone, framePartial:
+			return nil
+		case frameSlow:
+			return ErrHandover
+		}
+		if err := steps.Step(side, in.typ()); err != nil {
+			return err
+		}
+	}
+}
