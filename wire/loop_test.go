@@ -336,10 +336,10 @@ func TestLoopCloseLeavesNoGoroutines(t *testing.T) {
 // added to the loop (its client had sent a message that needed the pumps)
 // left that descriptor registered after its close, and the loop then spun
 // on its events. Here the client sends such a message (larger than the
-// read buffer) exactly then, and the test gives the loop time to act on
-// it before the second addition: the session must not be handed over
-// before it is wholly registered, and once it has ended only the loop's
-// own pipe may remain registered.
+// read buffer) exactly then, and the test waits until the loop has seen
+// its event before the second addition: the session must not be handed
+// over before it is wholly registered, and once it has ended only the
+// loop's own pipe may remain registered.
 func TestLoopHandoverDuringRegistration(t *testing.T) {
 	srv := pgtest.Shared(t)
 	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}, EventLoops: 1})
@@ -347,17 +347,28 @@ func TestLoopHandoverDuringRegistration(t *testing.T) {
 	handedEarly := make(chan bool, 1)
 	hook := func(r *netloop.Relay) {
 		netloop.TestHookBetweenAdds.Store(nil)
+		seen := make(chan struct{}, 1)
+		unknown := func(int32) {
+			select {
+			case seen <- struct{}{}:
+			default:
+			}
+		}
+		netloop.TestHookUnknownEvent.Store(&unknown)
+		defer netloop.TestHookUnknownEvent.Store(nil)
 		b, _ := (&pgproto3.Query{String: "SELECT '" + strings.Repeat("q", 20000) + "'"}).Encode(nil)
 		if _, err := c.Write(b); err != nil {
 			t.Error(err)
 		}
-		// Bounded: with the fix nothing happens here, and the loop acts
-		// on the message once the session is wholly registered.
-		early := false
-		for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline) && !early; time.Sleep(time.Millisecond) {
-			early = !r.InLoop()
+		// The client's descriptor is in the epoll set: its event comes,
+		// and the loop, which knows no side of it yet, must ignore it.
+		select {
+		case <-seen:
+			handedEarly <- !r.InLoop()
+		case <-time.After(10 * time.Second):
+			t.Error("the loop did not report the client's message as an event of an unregistered side")
+			handedEarly <- !r.InLoop()
 		}
-		handedEarly <- early
 	}
 	netloop.TestHookBetweenAdds.Store(&hook)
 	t.Cleanup(func() { netloop.TestHookBetweenAdds.Store(nil) })
