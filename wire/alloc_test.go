@@ -37,11 +37,11 @@ func TestRelayStepsAllocateNothing(t *testing.T) {
 		&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}, &pgproto3.Flush{})
 	ss := benchSession(false, &repeatReader{data: client})
 	step := func() {
-		typ, _, err := ss.cr.next()
+		typ, _, err := ss.cp.cr.next()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := (*clientPump)(ss).step(typ); err != nil {
+		if err := ss.cp.step(typ); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -59,16 +59,16 @@ func TestRelayStepsAllocateNothing(t *testing.T) {
 		i := 0
 		step := func() {
 			if track && i%4 == 0 {
-				(*clientPump)(ss).push(owed{kind: owedBind})
-				(*clientPump)(ss).push(owed{kind: owedExecute})
-				(*clientPump)(ss).push(owed{kind: owedSync})
+				ss.cp.push(owed{kind: owedBind})
+				ss.cp.push(owed{kind: owedExecute})
+				ss.cp.push(owed{kind: owedSync})
 			}
 			i++
-			typ, _, err := ss.sr.next()
+			typ, _, err := ss.sp.sr.next()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := (*serverPump)(ss).step(typ); err != nil {
+			if err := ss.sp.step(typ); err != nil {
 				t.Fatal(err)
 			}
 		}

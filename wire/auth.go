@@ -25,15 +25,15 @@ const (
 // remembered on the way.
 func (ss *session) authenticate() error {
 	for {
-		typ, _, err := ss.sr.next()
+		typ, _, err := ss.sp.sr.next()
 		if err != nil {
-			return ss.upstreamLost(err)
+			return ss.sh.upstreamLost(err)
 		}
 		switch typ {
 		case 'R', 'S', 'Z', 'E':
-			body, err := ss.sr.read()
+			body, err := ss.sp.sr.read()
 			if err != nil {
-				return ss.upstreamLost(err)
+				return ss.sh.upstreamLost(err)
 			}
 			if typ == 'R' && len(body) >= 4 && binary.BigEndian.Uint32(body) == authSASL {
 				body = withoutChannelBinding(body)
@@ -47,25 +47,25 @@ func (ss *session) authenticate() error {
 			ss.out = append(ss.out[:0], typ, 0, 0, 0, 0)
 			ss.out = append(ss.out, body...)
 			binary.BigEndian.PutUint32(ss.out[1:], uint32(len(body)+4))
-			if _, err := ss.cw.Write(ss.out); err != nil {
+			if _, err := ss.sh.cw.Write(ss.out); err != nil {
 				return &Error{Kind: KindClientIO, Message: "write", Err: err}
 			}
 			switch typ {
 			case 'S':
-				ss.noteParameter(body)
+				ss.sh.noteParameter(body)
 			case 'Z':
 				if len(body) == 1 {
-					ss.txStatus = body[0]
+					ss.sh.txStatus = body[0]
 				}
-				if err := ss.cw.Flush(); err != nil {
+				if err := ss.sh.cw.Flush(); err != nil {
 					return &Error{Kind: KindClientIO, Message: "write", Err: err}
 				}
-				ss.sr.release()
+				ss.sp.sr.release()
 				return nil
 			case 'E':
 				// The server refused the client: its error is the answer.
-				_ = ss.cw.Flush()
-				ss.noteServerFatal(body)
+				_ = ss.sh.cw.Flush()
+				ss.sh.noteServerFatal(body)
 				ss.ending = ending{outcome: OutcomeLoginRefused, code: errorField(body, 'C'), message: errorField(body, 'M')}
 				return errSessionDone
 			case 'R':
@@ -77,14 +77,14 @@ func (ss *session) authenticate() error {
 					err := &Error{Kind: KindUnsupported, Code: codeInvalidAuthorization,
 						Message: "snowflake-proxy: the server admitted this session without asking for a password, which may rest on the proxy's own client certificate (sslcert); the proxy does not lend its credentials to clients: give client roles password authentication in pg_hba.conf (with clientcert=verify-ca if the server must see the certificate)"}
 					ss.log.Warn("session refused: admitted by the server without authentication while the proxy presented its client certificate", logUser, ss.user)
-					ss.fatal(err)
+					ss.sh.fatal(err)
 					return err
 				}
 				if code == authOK || code == authSASLFinal {
 					continue
 				}
 				ss.authAsked = true
-				if err := ss.cw.Flush(); err != nil {
+				if err := ss.sh.cw.Flush(); err != nil {
 					return &Error{Kind: KindClientIO, Message: "write", Err: err}
 				}
 				if err := ss.relayAuthResponse(); err != nil {
@@ -95,24 +95,24 @@ func (ss *session) authenticate() error {
 			// Relayed verbatim (the client cancels with it); kept for the
 			// cancel of a statement the client leaves running
 			// (lifecycle.go).
-			body, err := ss.sr.body()
+			body, err := ss.sp.sr.body()
 			if err != nil {
-				return ss.upstreamLost(err)
+				return ss.sh.upstreamLost(err)
 			}
 			if len(body) >= 8 && len(body) <= 4+maxCancelKey {
 				ss.backendPID = binary.BigEndian.Uint32(body)
 				ss.backendKey = append(ss.backendKey[:0], body[4:]...)
 			}
-			if err := ss.sr.pass(ss.cw); err != nil {
+			if err := ss.sp.sr.pass(ss.sh.cw); err != nil {
 				return &Error{Kind: KindClientIO, Message: "write", Err: err}
 			}
 		default: // NoticeResponse, NegotiateProtocolVersion
-			if err := ss.sr.forward(ss.cw); err != nil {
-				return ss.upstreamLost(err)
+			if err := ss.sp.sr.forward(ss.sh.cw); err != nil {
+				return ss.sh.upstreamLost(err)
 			}
 		}
-		if ss.sr.R.Buffered() == 0 {
-			if err := ss.cw.Flush(); err != nil {
+		if ss.sp.sr.R.Buffered() == 0 {
+			if err := ss.sh.cw.Flush(); err != nil {
 				return &Error{Kind: KindClientIO, Message: "write", Err: err}
 			}
 		}
@@ -122,42 +122,42 @@ func (ss *session) authenticate() error {
 // relayAuthResponse forwards the client's answer to an authentication
 // request ('p': password, SASL or GSS response).
 func (ss *session) relayAuthResponse() error {
-	typ, _, err := ss.cr.next()
+	typ, _, err := ss.cp.cr.next()
 	if err != nil {
 		if _, ok := err.(*tooLarge); ok {
 			err = protocolError("invalid message length")
 		}
 		if e, ok := err.(*Error); ok {
-			ss.fatal(e)
+			ss.sh.fatal(e)
 			return e
 		}
 		return &Error{Kind: KindClientIO, Message: "read", Err: err}
 	}
 	if typ != 'p' {
 		if typ == 'X' {
-			ss.terminated.Store(true)
+			ss.sh.terminated.Store(true)
 			ss.ending = ending{outcome: OutcomeClientClosed}
 			return errSessionDone
 		}
 		e := protocolError("expected password response, got message type %d", typ)
-		ss.fatal(e)
+		ss.sh.fatal(e)
 		return e
 	}
 	if ss.saslStarted {
 		ss.saslStarted = false
 		if err := ss.checkSASLInitial(); err != nil {
-			ss.fatal(err)
+			ss.sh.fatal(err)
 			return err
 		}
 		// checkSASLInitial read the body: pass sends what it read.
-		if err := ss.cr.pass(ss.sw); err != nil {
-			return ss.upstreamLost(err)
+		if err := ss.cp.cr.pass(ss.cp.sw); err != nil {
+			return ss.sh.upstreamLost(err)
 		}
-	} else if err := ss.cr.forward(ss.sw); err != nil {
+	} else if err := ss.cp.cr.forward(ss.cp.sw); err != nil {
 		return &Error{Kind: KindClientIO, Message: "read", Err: err}
 	}
-	if err := ss.sw.Flush(); err != nil {
-		return ss.upstreamLost(err)
+	if err := ss.cp.sw.Flush(); err != nil {
+		return ss.sh.upstreamLost(err)
 	}
 	return nil
 }
@@ -199,7 +199,7 @@ func withoutChannelBinding(body []byte) []byte {
 // "SCRAM channel binding negotiation error". The proxy is that downgrade,
 // by design: it refuses first, saying what to do.
 func (ss *session) checkSASLInitial() error {
-	body, err := ss.cr.body()
+	body, err := ss.cp.cr.body()
 	if err != nil {
 		return &Error{Kind: KindClientIO, Message: "read", Err: err}
 	}
@@ -217,7 +217,7 @@ func (ss *session) checkSASLInitial() error {
 // noteParameter records a ParameterStatus body (name NUL value NUL) and
 // marks the mirror stale when it reports a state the fast path depends on.
 // Called with mu held or before the pumps start.
-func (ss *session) noteParameter(body []byte) {
+func (sh *shared) noteParameter(body []byte) {
 	k, rest, ok := cstring(body)
 	if !ok {
 		return
@@ -226,19 +226,19 @@ func (ss *session) noteParameter(body []byte) {
 	if !ok {
 		return
 	}
-	if old, ok := ss.params[string(k)]; ok && old == string(v) {
+	if old, ok := sh.params[string(k)]; ok && old == string(v) {
 		return
 	}
-	ss.params[string(k)] = string(v)
+	sh.params[string(k)] = string(v)
 	switch string(k) {
 	case "default_transaction_read_only", "in_hot_standby", "is_superuser", "session_authorization":
-		ss.invalid |= touchSettings
+		sh.invalid |= touchSettings
 	}
 }
 
 // Parameter returns the server's last reported value of a ParameterStatus.
-func (ss *session) parameter(name string) string {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.params[name]
+func (sh *shared) parameter(name string) string {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.params[name]
 }

@@ -40,17 +40,16 @@ func benchSession(track bool, r io.Reader) *session {
 	srv := &Server{}
 	srv.ctx, srv.cancel = context.WithCancel(context.Background())
 	srv.cfg.MaxMessageSize = defaultMaxMessage
-	ss := &session{srv: srv, cfg: &srv.cfg, track: track, txStatus: 'I', params: map[string]string{},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)), hqDone: make(chan struct{}, 1)}
-	ss.ctx, ss.cancel = context.WithCancel(srv.ctx)
+	srv.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if track {
 		srv.cfg.Rewriter = &fakeRewriter{plans: snowflakePlans()}
 	}
-	ss.sr = newFrameReader(r, maxServerMessage)
-	ss.cr = frameReader{Input: netloop.Input{R: ss.sr.R, Max: defaultMaxMessage}}
-	ss.cw = bufio.NewWriterSize(io.Discard, ioBufferSize)
-	ss.sw = ss.cw
-	ss.rel = netloop.NewRelay(ss, ss, [2]*netloop.Input{&ss.cr.Input, &ss.sr.Input}, [2]*bufio.Writer{ss.cw, ss.sw})
+	ss := newSession(srv, nil, 1)
+	ss.sp.sr = newFrameReader(r, maxServerMessage)
+	ss.cp.cr = frameReader{Input: netloop.Input{R: ss.sp.sr.R, Max: defaultMaxMessage}}
+	ss.sh.cw = bufio.NewWriterSize(io.Discard, ioBufferSize)
+	ss.cp.sw = ss.sh.cw
+	ss.attachRelay()
 	return ss
 }
 
@@ -62,16 +61,16 @@ func BenchmarkRelayServerToClient(b *testing.B) {
 		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 	runTracked(b, func(b *testing.B, track bool) {
 		ss := benchSession(track, &repeatReader{data: stream})
-		p := (*serverPump)(ss)
+		p := ss.sp
 		b.ReportAllocs()
 		b.SetBytes(int64(len(stream) / 4))
 		for i := 0; i < b.N; i++ {
 			if track && i%4 == 0 {
-				ss.q.push(owed{kind: owedBind})
-				ss.q.push(owed{kind: owedExecute})
-				ss.q.push(owed{kind: owedSync})
+				ss.sh.q.push(owed{kind: owedBind})
+				ss.sh.q.push(owed{kind: owedExecute})
+				ss.sh.q.push(owed{kind: owedSync})
 			}
-			typ, _, err := ss.sr.next()
+			typ, _, err := ss.sp.sr.next()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -89,20 +88,20 @@ func BenchmarkRelayClientToServer(b *testing.B) {
 		&pgproto3.Execute{}, &pgproto3.Sync{})
 	runTracked(b, func(b *testing.B, track bool) {
 		ss := benchSession(track, &repeatReader{data: stream})
-		p := (*clientPump)(ss)
+		p := ss.cp
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			typ, _, err := ss.cr.next()
+			typ, _, err := ss.cp.cr.next()
 			if err != nil {
 				b.Fatal(err)
 			}
 			if track {
 				err = p.dispatch(typ)
 				if typ == 'S' {
-					ss.q = owedQueue{items: ss.q.items[:0]}
+					ss.sh.q = owedQueue{items: ss.sh.q.items[:0]}
 				}
 			} else {
-				err = ss.cr.forward(ss.sw)
+				err = ss.cp.cr.forward(ss.cp.sw)
 			}
 			if err != nil {
 				b.Fatal(err)
@@ -136,15 +135,15 @@ func passThroughStreams() map[string][]byte {
 // dispatchOne takes and dispatches one client message, emptying the owed
 // queue after the message that completes a response.
 func dispatchOne(ss *session) error {
-	typ, _, err := ss.cr.next()
+	typ, _, err := ss.cp.cr.next()
 	if err != nil {
 		return err
 	}
-	if err := (*clientPump)(ss).dispatch(typ); err != nil {
+	if err := ss.cp.dispatch(typ); err != nil {
 		return err
 	}
 	if typ == 'Q' || typ == 'S' {
-		ss.q = owedQueue{items: ss.q.items[:0]}
+		ss.sh.q = owedQueue{items: ss.sh.q.items[:0]}
 	}
 	return nil
 }

@@ -1,57 +1,117 @@
 package wire
 
 import (
+	"bufio"
+	"context"
 	"errors"
 	"io"
+	"log/slog"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 
 	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // clientPump reads client messages and forwards them to the server (phase
-// 4 of doc.go). Without a Rewriter every message is copied raw. With one,
+// 5 of doc.go). Without a Rewriter every message is copied raw. With one,
 // queries go through simple.go and extended.go, and every forwarded message
-// that the server answers gets an owed entry first.
-type clientPump session
+// that the server answers gets an owed entry first. It owns the client
+// reader, the writer to the server and everything the proxy records of the
+// client's statements (docs/session.md).
+type clientPump struct {
+	sh  *shared
+	rel *netloop.Relay // whether a loop thread runs the steps; its pending writes
 
-func (p *clientPump) run(done chan<- pumpResult) {
-	ss := (*session)(p)
-	defer ss.srv.wg.Done()
+	// From the session, fixed once the relay starts.
+	srv        *Server
+	cfg        *Config
+	log        *slog.Logger
+	ctx        context.Context
+	db         string
+	backendPID uint32 // from the server's BackendKeyData (simpleprep.go)
+
+	cr frameReader   // from the client
+	sw *bufio.Writer // to the server
+
+	stmts         map[string]*stmtRec
+	unnamed       *stmtRec
+	portals       map[string]*stmtRec
+	unnamedPortal *stmtRec
+	stmtLive      bool // an unnamed statement may exist on the server
+	portalLive    bool // an unnamed portal may exist on the server
+	// serverSeen: a mirror refresh has named the server process; pooled:
+	// one named another than the BackendKeyData's (simpleprep.go).
+	serverSeen bool
+	pooled     bool
+	mirror     mirror
+	wouldWait  bool   // set on the event loop's thread instead of waiting (ids.go)
+	out        []byte // scratch for messages the client pump builds
+	vals       []plan.Value
+	// fastIDs is how many of vals the fast path issued (ids.go), so that
+	// a local answer can count them in Stats.LocalIDs.
+	fastIDs int
+	// slotFallback is why values (ids.go) left the first Nextval slot of
+	// the last execution unfilled, for Stats.Fallbacks.
+	slotFallback Fallback
+	// Simple-protocol INSERTs prepared by the session (simpleprep.go):
+	// by text with parameters, the texts seen once (hashes), and scratch
+	// for the text.
+	prepared map[string]*preparedQuery
+	seen     map[uint64]struct{}
+	text     []byte
+}
+
+// run is the client pump's goroutine.
+func (p *clientPump) run() error {
 	err := p.loop()
 	if err != errWantLoop {
-		ss.clientGone.Store(true)
+		p.sh.clientGone.Store(true)
 	}
-	done <- pumpResult{fromClient: true, err: err}
+	return err
+}
+
+// onLoop reports whether the steps run on a loop thread now.
+func (p *clientPump) onLoop() bool { return p.rel != nil && p.rel.InLoop() }
+
+// Step is the netloop step of one whole client message, in Poll or on a
+// loop thread. Terminate on a loop thread is handed over: the pumps end
+// the session.
+func (p *clientPump) Step(_ netloop.Side, typ byte) error {
+	if typ == 'X' && p.onLoop() {
+		return errHandover
+	}
+	_, _, _ = p.cr.next() // whole: the header is valid
+	return p.step(typ)
 }
 
 // errTerminate ends the client pump after a Terminate message.
 var errTerminate = errors.New("terminate")
 
 func (p *clientPump) loop() error {
-	ss := (*session)(p)
-	if b := ss.rel.TakePending(netloop.Server); b != nil {
-		if _, err := ss.sw.Write(b); err != nil {
+	if b := p.rel.TakePending(netloop.Server); b != nil {
+		if _, err := p.sw.Write(b); err != nil {
 			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
 		}
-		if err := ss.sw.Flush(); err != nil {
+		if err := p.sw.Flush(); err != nil {
 			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
 		}
 	}
-	if x := ss.rel.LastExit(); x.Side == netloop.Client && x.Err != nil {
+	if x := p.rel.LastExit(); x.Side == netloop.Client && x.Err != nil {
 		if x.Err == errPumpDone {
 			return nil
 		}
 		return x.Err
 	}
 	for {
-		if ss.cr.CanPoll() {
-			if err := ss.cr.Poll(ss, netloop.Client); err != nil {
+		if p.cr.CanPoll() {
+			if err := p.cr.Poll(p, netloop.Client); err != nil {
 				if err == errPumpDone {
 					return nil
 				}
 				return err
 			}
 		}
-		typ, _, err := ss.cr.next()
+		typ, _, err := p.cr.next()
 		if err != nil {
 			return p.readFailed(err)
 		}
@@ -70,43 +130,42 @@ var errPumpDone = errors.New("pump done")
 // step forwards or dispatches one client message whose header next has
 // read, and flushes to the server when no more client input is buffered.
 func (p *clientPump) step(typ byte) error {
-	ss := (*session)(p)
-	ss.msgs.Store(ss.msgs.Load() + 1) // one writer: no locked add per message
+	p.sh.msgs.Store(p.sh.msgs.Load() + 1) // one writer: no locked add per message
 	if typ == 'X' {
 		// Before the server can see the Terminate: its close is then
 		// expected (regression: the server pump read the EOF before the
 		// client pump had said so, and sent the client 08006).
-		ss.clientGone.Store(true)
-		ss.terminated.Store(true)
+		p.sh.clientGone.Store(true)
+		p.sh.terminated.Store(true)
 	}
 	var err error
-	if ss.track {
+	if p.sh.track {
 		err = p.dispatch(typ)
 	} else {
 		if typ == 'Q' || typ == 'S' || typ == 'F' {
 			// Before the write: the server's ReadyForQuery must not be
 			// counted first (busy, lifecycle.go).
-			ss.syncs.Store(ss.syncs.Load() + 1)
+			p.sh.syncs.Store(p.sh.syncs.Load() + 1)
 		}
-		err = ss.cr.forward(ss.sw)
+		err = p.cr.forward(p.sw)
 		if err == nil && typ == 'X' {
 			err = errTerminate
 		}
 	}
 	if err != nil {
 		if errors.Is(err, errTerminate) {
-			_ = ss.sw.Flush()
+			_ = p.sw.Flush()
 			return errPumpDone
 		}
 		var e *Error
 		if errors.As(err, &e) && e.Kind == KindClientProtocol {
-			_ = ss.sw.Flush()
-			ss.fatal(e)
+			_ = p.sw.Flush()
+			p.sh.fatal(e)
 		}
 		return err
 	}
-	if ss.cr.R.Buffered() == 0 {
-		if err := ss.sw.Flush(); err != nil {
+	if p.cr.R.Buffered() == 0 {
+		if err := p.sw.Flush(); err != nil {
 			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
 		}
 	}
@@ -117,22 +176,21 @@ func (p *clientPump) step(typ byte) error {
 // message is answered with 08P01 (after what was already forwarded); a
 // vanished client gets its backend terminated politely.
 func (p *clientPump) readFailed(err error) error {
-	ss := (*session)(p)
 	var tl *tooLarge
 	if errors.As(err, &tl) {
 		err = protocolError("invalid message length")
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		_ = ss.sw.Flush()
-		ss.fatal(e)
+		_ = p.sw.Flush()
+		p.sh.fatal(e)
 		return e
 	}
 	if err == io.EOF {
 		// Client closed between messages without Terminate.
-		ss.clientGone.Store(true)
-		_, _ = ss.sw.Write([]byte{'X', 0, 0, 0, 4})
-		_ = ss.sw.Flush()
+		p.sh.clientGone.Store(true)
+		_, _ = p.sw.Write([]byte{'X', 0, 0, 0, 4})
+		_ = p.sw.Flush()
 		return nil
 	}
 	return &Error{Kind: KindClientIO, Message: "read", Err: err}
@@ -140,7 +198,6 @@ func (p *clientPump) readFailed(err error) error {
 
 // dispatch handles one client message when a Rewriter is configured.
 func (p *clientPump) dispatch(typ byte) error {
-	ss := (*session)(p)
 	switch typ {
 	case 'Q':
 		return p.query()
@@ -159,37 +216,29 @@ func (p *clientPump) dispatch(typ byte) error {
 	case 'F':
 		p.push(owed{kind: owedQuery})
 	case 'X':
-		if err := ss.cr.forward(ss.sw); err != nil {
+		if err := p.cr.forward(p.sw); err != nil {
 			return err
 		}
 		return errTerminate
 	}
 	// Flush, CopyData, CopyDone, CopyFail and anything the server itself
 	// must judge.
-	return ss.cr.forward(ss.sw)
+	return p.cr.forward(p.sw)
 }
 
-// push records a response owed for a message about to be forwarded. It
-// must precede the write so the server pump never sees an answer first.
-func (p *clientPump) push(o owed) {
-	ss := (*session)(p)
-	ss.mu.Lock()
-	ss.q.push(o)
-	ss.dirty = true
-	ss.mu.Unlock()
-}
+// push records a response owed for a message about to be forwarded.
+func (p *clientPump) push(o owed) { p.sh.push(o) }
 
 // state returns whether the session is at a safe point and the current
 // transaction status, and collects the mirror invalidations the server
 // pump recorded.
 func (p *clientPump) state() (safe bool, status byte) {
-	ss := (*session)(p)
-	ss.mu.Lock()
-	safe = ss.q.empty() && !ss.dirty
-	status = ss.txStatus
-	inv := ss.invalid
-	ss.invalid = 0
-	ss.mu.Unlock()
+	p.sh.mu.Lock()
+	safe = p.sh.q.empty() && !p.sh.dirty
+	status = p.sh.txStatus
+	inv := p.sh.invalid
+	p.sh.invalid = 0
+	p.sh.mu.Unlock()
 	p.mirror.invalidate(inv)
 	if safe && status == 'I' {
 		p.portalLive = false // portals end with their transaction

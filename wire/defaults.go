@@ -52,9 +52,8 @@ func (m *mirror) dropRels() {
 // checkEpoch drops what DDL made elsewhere may have made stale: relation
 // defaults and sequence resolutions.
 func (p *clientPump) checkEpoch() uint64 {
-	ss := (*session)(p)
 	m := &p.mirror
-	e := ss.cfg.Snowflakes.CatalogEpoch(ss.db)
+	e := p.cfg.Snowflakes.CatalogEpoch(p.db)
 	if e != m.relEpoch {
 		m.dropRels()
 		clear(m.seqs)
@@ -73,11 +72,10 @@ func (p *clientPump) checkEpoch() uint64 {
 // (ids.go fences after such statements; Stats.Fallbacks counts them). It
 // goes with the template: whoever keeps one keeps both.
 func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Template, shim Fallback) {
-	ss := (*session)(p)
 	if pl.Inserts == nil {
 		return pl.Template, 0
 	}
-	if ss.cfg.Snowflakes == nil {
+	if p.cfg.Snowflakes == nil {
 		return pl.Template, FallbackDisabled
 	}
 	safe, status := p.state()
@@ -102,7 +100,7 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Templ
 		}
 	}
 	if len(missing) > 0 && safe && hiddenOK {
-		if ss.onLoop() {
+		if p.onLoop() {
 			p.wouldWait = true // a hidden query waits for the server
 			return pl.Template, FallbackStateUnknown
 		}

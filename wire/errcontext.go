@@ -136,22 +136,21 @@ func ownStatement(o *owed) bool {
 // notice relays a NoticeResponse without the shim's CONTEXT lines (server
 // pump).
 func (p *serverPump) notice() error {
-	ss := (*session)(p)
-	body, err := ss.sr.body()
+	body, err := p.sr.body()
 	if err != nil {
 		return err
 	}
 	own := false
-	if ss.track {
-		ss.mu.Lock()
-		if o := ss.q.front(); o != nil {
+	if p.sh.track {
+		p.sh.mu.Lock()
+		if o := p.sh.q.front(); o != nil {
 			own = ownStatement(o)
 		}
-		ss.mu.Unlock()
+		p.sh.mu.Unlock()
 	}
 	if fixed, ok := withoutShimContext(body, own); ok {
-		ss.sr.consume()
+		p.sr.consume()
 		return p.write('N', fixed)
 	}
-	return ss.sr.pass(ss.cw)
+	return p.sr.pass(p.sh.cw)
 }

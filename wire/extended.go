@@ -24,8 +24,9 @@ type stmtRec struct {
 	// chosen), and why.
 	shimDefaults Fallback
 	// parsed: the server confirmed the Parse of this record with
-	// ParseComplete (guarded by session.mu; set by the server pump).
-	parsed bool
+	// ParseComplete. Shared state, touched only under shared.mu: the
+	// server pump sets it through the Parse's owed entry.
+	parsed parseConfirm
 }
 
 func (p *clientPump) stmt(name []byte) *stmtRec {
@@ -45,8 +46,7 @@ func (p *clientPump) portal(name []byte) *stmtRec {
 // parse handles Parse: statements with slots are rendered with parameters
 // $base+1... for the ID slots, typed int8.
 func (p *clientPump) parse() error {
-	ss := (*session)(p)
-	body, err := ss.cr.body()
+	body, err := p.cr.body()
 	if err != nil {
 		return err
 	}
@@ -54,10 +54,10 @@ func (p *clientPump) parse() error {
 	query, rest, ok2 := cstring(rest)
 	if !ok1 || !ok2 || len(rest) < 2 || len(rest) != 2+4*int(binary.BigEndian.Uint16(rest)) {
 		p.push(owed{kind: owedParse})
-		return ss.cr.pass(ss.sw) // the server reports the malformed message
+		return p.cr.pass(p.sw) // the server reports the malformed message
 	}
 	noids := int(binary.BigEndian.Uint16(rest))
-	pl := ss.cfg.Rewriter.Plan(viewString(query))
+	pl := p.cfg.Rewriter.Plan(viewString(query))
 	if pl == nil {
 		pl = plan.Passthrough
 	}
@@ -91,7 +91,7 @@ func (p *clientPump) parse() error {
 	}
 	if rec == nil || rec.t == nil {
 		p.push(owed{kind: owedParse})
-		return ss.cr.pass(ss.sw)
+		return p.cr.pass(p.sw)
 	}
 	// Extension SQL, and a chance to refresh the mirror while the session
 	// is still at a safe point (the Bind that follows will not be).
@@ -103,12 +103,12 @@ func (p *clientPump) parse() error {
 		rec.t, rec.ids, rec.types = nil, 0, nil
 		rec.pl = &plan.Plan{Statements: pl.Statements, Touches: pl.Touches, Deallocate: pl.Deallocate, DeallocateAll: pl.DeallocateAll}
 		p.push(owed{kind: owedParse})
-		return ss.cr.pass(ss.sw)
+		return p.cr.pass(p.sw)
 	}
 	p.out = p.appendParse(p.out[:0], name, rec, rest[2:], noids)
-	ss.cr.consume()
-	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, true), rec: rec})
-	_, err = ss.sw.Write(p.out)
+	p.cr.consume()
+	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, true), confirm: &rec.parsed})
+	_, err = p.sw.Write(p.out)
 	return err
 }
 
@@ -149,8 +149,7 @@ func (p *clientPump) appendParse(dst, name []byte, rec *stmtRec, types []byte, n
 // appended, generated now (every Execute of the portal's statement gets
 // fresh IDs), in the format the client's format codes imply.
 func (p *clientPump) bind() error {
-	ss := (*session)(p)
-	body, err := ss.cr.body()
+	body, err := p.cr.body()
 	if err != nil {
 		return err
 	}
@@ -177,10 +176,10 @@ func (p *clientPump) bind() error {
 	}
 	if rec == nil || rec.ids == 0 {
 		if rec != nil {
-			ss.srv.countFallback(p.executionFallback(rec.shimDefaults, false, rec.pl))
+			p.srv.countFallback(p.executionFallback(rec.shimDefaults, false, rec.pl))
 		}
 		p.push(owed{kind: owedBind})
-		return ss.cr.pass(ss.sw)
+		return p.cr.pass(p.sw)
 	}
 	// Layout: formats (int16 n, n int16), params (int16 n, n × (int32 len,
 	// bytes)), result formats (the rest).
@@ -189,7 +188,7 @@ func (p *clientPump) bind() error {
 	np, ppos, ok2 := count16(rest, fmtEnd)
 	if !ok || !ok2 {
 		p.push(owed{kind: owedBind})
-		return ss.cr.pass(ss.sw)
+		return p.cr.pass(p.sw)
 	}
 	end := ppos
 	for i := 0; i < np && end >= 0; i++ {
@@ -205,7 +204,7 @@ func (p *clientPump) bind() error {
 	}
 	if end < 0 || end > len(rest) {
 		p.push(owed{kind: owedBind})
-		return ss.cr.pass(ss.sw)
+		return p.cr.pass(p.sw)
 	}
 	bin := nf == 1 && binaryAt(rest, pos)
 	allValid, _ := p.values(rec.t, true, true)
@@ -214,7 +213,7 @@ func (p *clientPump) bind() error {
 		return errHandover
 	}
 	left := p.noteShimSlots(rec.t)
-	ss.srv.countFallback(p.executionFallback(rec.shimDefaults, left, rec.pl))
+	p.srv.countFallback(p.executionFallback(rec.shimDefaults, left, rec.pl))
 	if allValid && rec.pl.Local != nil && len(portal) == 0 {
 		if done, err := p.bindLocally(rec, rest, nf, pos, np, end, portalWasLive); done || err != nil {
 			return err
@@ -237,9 +236,9 @@ func (p *clientPump) bind() error {
 	p.out = appendIDParams(p.out, rec.t, p.vals, bin)
 	p.out = append(p.out, rest[end:]...)
 	p.out = finishMsg(p.out, start)
-	ss.cr.consume()
+	p.cr.consume()
 	p.push(owed{kind: owedBind})
-	_, err = ss.sw.Write(p.out)
+	_, err = p.sw.Write(p.out)
 	return err
 }
 
@@ -301,8 +300,7 @@ func binaryPut32(b []byte, v int) { binary.BigEndian.PutUint32(b, uint32(v)) }
 // describe handles Describe: for a statement with injected parameters the
 // server pump strips them from the ParameterDescription.
 func (p *clientPump) describe() error {
-	ss := (*session)(p)
-	body, err := ss.cr.body()
+	body, err := p.cr.body()
 	if err != nil {
 		return err
 	}
@@ -316,14 +314,13 @@ func (p *clientPump) describe() error {
 		}
 	}
 	p.push(o)
-	return ss.cr.pass(ss.sw)
+	return p.cr.pass(p.sw)
 }
 
 // execute handles Execute: the command tag may be renamed, and the
 // statement's effects apply.
 func (p *clientPump) execute() error {
-	ss := (*session)(p)
-	body, err := ss.cr.body()
+	body, err := p.cr.body()
 	if err != nil {
 		return err
 	}
@@ -338,13 +335,12 @@ func (p *clientPump) execute() error {
 		}
 	}
 	p.push(o)
-	return ss.cr.pass(ss.sw)
+	return p.cr.pass(p.sw)
 }
 
 // closeMsg handles Close of a statement or portal: its record goes.
 func (p *clientPump) closeMsg() error {
-	ss := (*session)(p)
-	body, err := ss.cr.body()
+	body, err := p.cr.body()
 	if err != nil {
 		return err
 	}
@@ -363,5 +359,5 @@ func (p *clientPump) closeMsg() error {
 		}
 	}
 	p.push(owed{kind: owedClose})
-	return ss.cr.pass(ss.sw)
+	return p.cr.pass(p.sw)
 }

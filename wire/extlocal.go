@@ -67,12 +67,11 @@ func scanLocalGroup(b []byte) (g localGroup, ok bool) {
 // statement names; nf, pos, np and end its layout as bind read it.
 // portalWasLive is portalLive before this Bind.
 func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int, portalWasLive bool) (done bool, err error) {
-	ss := (*session)(p)
 	pl := rec.pl
 	m := &p.mirror
 	if pl.Local == nil || rec.t != pl.Template || rec.shimDefaults != 0 || rec.base != 0 || np != 0 || nf > 1 ||
 		pl.Touches != 0 || len(pl.Statements) != 1 || pl.Statements[0].Tag != "" ||
-		!m.fresh || m.readOnly || len(pl.Local.Columns) != len(p.vals) || !ss.cr.peeked {
+		!m.fresh || m.readOnly || len(pl.Local.Columns) != len(p.vals) || !p.cr.peeked {
 		return false, nil
 	}
 	if nf == 1 && binary.BigEndian.Uint16(rest[pos:]) > 1 {
@@ -89,29 +88,29 @@ func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int
 			return false, nil
 		}
 	}
-	buf, _ := ss.cr.R.Peek(ss.cr.R.Buffered())
-	if len(buf) < len(ss.cr.cur) {
+	buf, _ := p.cr.R.Peek(p.cr.R.Buffered())
+	if len(buf) < len(p.cr.cur) {
 		return false, nil
 	}
-	g, ok := scanLocalGroup(buf[len(ss.cr.cur):])
+	g, ok := scanLocalGroup(buf[len(p.cr.cur):])
 	if !ok {
 		return false, nil
 	}
-	ss.wmu.Lock()
-	defer ss.wmu.Unlock()
-	ss.mu.Lock()
-	safe := ss.q.empty() && !ss.dirty && !ss.hiddenActive.Load() && rec.parsed
-	status := ss.txStatus
-	ss.mu.Unlock()
+	p.sh.wmu.Lock()
+	defer p.sh.wmu.Unlock()
+	p.sh.mu.Lock()
+	safe := p.sh.q.empty() && !p.sh.dirty && !p.sh.hiddenActive.Load() && rec.parsed.ok
+	status := p.sh.txStatus
+	p.sh.mu.Unlock()
 	if !safe || !(status == 'I' || status == 'T' && !portalWasLive) {
 		return false, nil
 	}
 	p.out = appendExtLocalAnswer(p.out[:0], pl.Local.Columns, p.vals, formats, g.describe, status)
-	ss.cr.consume()
-	_, _ = ss.cr.R.Discard(g.n)
+	p.cr.consume()
+	_, _ = p.cr.R.Discard(g.n)
 	p.setPortal(nil, nil, false)
-	ss.srv.stats.local.Add(1)
-	ss.srv.stats.localIDs.Add(uint64(p.fastIDs))
+	p.srv.stats.local.Add(1)
+	p.srv.stats.localIDs.Add(uint64(p.fastIDs))
 	return true, p.sendLocal()
 }
 

@@ -57,8 +57,8 @@ type FallbackClassifier interface {
 }
 
 // fallbackOf classifies a refusal of Snowflakes.
-func (ss *session) fallbackOf(err error) Fallback {
-	if c, ok := ss.cfg.Snowflakes.(FallbackClassifier); ok {
+func (p *clientPump) fallbackOf(err error) Fallback {
+	if c, ok := p.cfg.Snowflakes.(FallbackClassifier); ok {
 		if f := c.FallbackOf(err); f > 0 && f < numFallbacks {
 			return f
 		}

@@ -19,8 +19,8 @@ func FuzzClientMessages(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, track := range []bool{false, true} {
 			ss := benchSession(track, bytes.NewReader(data))
-			ss.cr.Max = 1 << 20
-			_ = (*clientPump)(ss).loop()
+			ss.cp.cr.Max = 1 << 20
+			_ = ss.cp.loop()
 		}
 	})
 }

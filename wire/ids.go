@@ -17,7 +17,6 @@ import (
 // slotFallback is why a Nextval slot was left to the shim (0 when none
 // was refused).
 func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid, ok bool) {
-	ss := (*session)(p)
 	if cap(p.vals) < len(t.Slots) {
 		p.vals = make([]plan.Value, len(t.Slots))
 	}
@@ -32,12 +31,12 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 			ids++
 			continue
 		}
-		if ss.cfg.Snowflakes == nil {
+		if p.cfg.Snowflakes == nil {
 			return false, false
 		}
-		sql, err := ss.cfg.Snowflakes.ExtensionSQL(s.Op, s.Ext)
+		sql, err := p.cfg.Snowflakes.ExtensionSQL(s.Op, s.Ext)
 		if err != nil {
-			ss.log.Warn("extension statement", logError, err)
+			p.log.Warn("extension statement", logError, err)
 			return false, false
 		}
 		p.vals[i].Text = sql
@@ -45,7 +44,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	if ids == 0 {
 		return true, true
 	}
-	if ss.cfg.Snowflakes == nil {
+	if p.cfg.Snowflakes == nil {
 		p.slotFallback = FallbackDisabled
 		return false, true
 	}
@@ -65,7 +64,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		}
 	}
 	if (!m.fresh || len(missing) > 0) && safe && hiddenOK {
-		if ss.onLoop() {
+		if p.onLoop() {
 			p.wouldWait = true // a hidden query waits for the server
 			return false, true
 		}
@@ -100,8 +99,8 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	if len(reqs) > 0 {
 		ok, err := p.nextvals(reqs, m.node)
 		if err != nil {
-			ss.log.Debug("fast path refused", logError, err)
-			p.slotFallback = ss.fallbackOf(err)
+			p.log.Debug("fast path refused", logError, err)
+			p.slotFallback = p.fallbackOf(err)
 		}
 		if !ok {
 			for i := range p.vals {
@@ -138,7 +137,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 		}
 		allValid = false
 	}
-	ss.srv.stats.fast.Add(uint64(k))
+	p.srv.stats.fast.Add(uint64(k))
 	p.fastIDs = k
 	return allValid, true
 }
@@ -168,12 +167,11 @@ func (m *mirror) refusal(info seqInfo, known bool, busy Fallback) Fallback {
 // thread it never waits, and sets wouldWait instead when it would have to
 // (nothing is issued then). ok is false when the fast path refused them.
 func (p *clientPump) nextvals(reqs []generator.Request, node int) (ok bool, err error) {
-	ss := (*session)(p)
-	if !ss.onLoop() {
-		err = ss.cfg.Snowflakes.NextvalBatch(ss.ctx, ss.db, node, reqs)
+	if !p.onLoop() {
+		err = p.cfg.Snowflakes.NextvalBatch(p.ctx, p.db, node, reqs)
 		return err == nil, err
 	}
-	ok, err = ss.cfg.Snowflakes.TryNextvalBatch(ss.db, node, reqs)
+	ok, err = p.cfg.Snowflakes.TryNextvalBatch(p.db, node, reqs)
 	if err == nil && !ok {
 		p.wouldWait = true
 	}
@@ -207,14 +205,13 @@ const touchFence = plan.TouchShim | plan.TouchSequence
 // SEQUENCE s INCREMENT 100; SELECT snowflake.nextval('s') hung). The shim
 // issues in the session itself.
 func (p *clientPump) fence() Fallback {
-	ss := (*session)(p)
-	ss.mu.Lock()
-	busy, due := ss.shimBusy, ss.fenceDue
-	locks := ss.txStatus != 'I' && ss.pending&(plan.TouchCatalog|plan.TouchSequence) != 0
-	ss.fenceDue = 0
-	ss.mu.Unlock()
+	p.sh.mu.Lock()
+	busy, due := p.sh.shimBusy, p.sh.fenceDue
+	locks := p.sh.txStatus != 'I' && p.sh.pending&(plan.TouchCatalog|plan.TouchSequence) != 0
+	p.sh.fenceDue = 0
+	p.sh.mu.Unlock()
 	if due != 0 {
-		ss.cfg.Snowflakes.Fence(ss.db, 0)
+		p.cfg.Snowflakes.Fence(p.db, 0)
 	}
 	switch {
 	case busy != 0:
@@ -228,10 +225,9 @@ func (p *clientPump) fence() Fallback {
 // markShim records that a statement about to be forwarded may issue IDs in
 // the server's shim (see fence).
 func (p *clientPump) markShim() {
-	ss := (*session)(p)
-	ss.mu.Lock()
-	ss.shimBusy |= plan.TouchShim
-	ss.mu.Unlock()
+	p.sh.mu.Lock()
+	p.sh.shimBusy |= plan.TouchShim
+	p.sh.mu.Unlock()
 }
 
 // noteShimSlots marks the session when a Nextval slot of t (an explicit
@@ -266,7 +262,6 @@ const hiddenName = "snowflake-proxy hidden\x00"
 // (the caller checked the safe point) and applies its result: settings,
 // sequence names, INSERT target names.
 func (p *clientPump) refresh(names, rels []string) {
-	ss := (*session)(p)
 	// Extended protocol with a named statement and portal, closed at once:
 	// a simple Query would destroy the client's unnamed statement and
 	// portal, which the client may still use after a Sync.
@@ -293,25 +288,25 @@ func (p *clientPump) refresh(names, rels []string) {
 	}
 	p.out, start = appendHeader(p.out, 'S')
 	p.out = finishMsg(p.out, start)
-	ss.hq = hiddenQuery{}
-	ss.hiddenActive.Store(true)
-	_, err := ss.sw.Write(p.out)
+	p.sh.hq = hiddenQuery{}
+	p.sh.hiddenActive.Store(true)
+	_, err := p.sw.Write(p.out)
 	if err == nil {
-		err = ss.sw.Flush()
+		err = p.sw.Flush()
 	}
 	if err != nil {
-		ss.hiddenActive.Store(false)
+		p.sh.hiddenActive.Store(false)
 		return
 	}
 	select {
-	case <-ss.hqDone:
-	case <-ss.ctx.Done():
+	case <-p.sh.hqDone:
+	case <-p.ctx.Done():
 		return
 	}
-	ss.srv.stats.hidden.Add(1)
-	hq := &ss.hq
+	p.srv.stats.hidden.Add(1)
+	hq := &p.sh.hq
 	if hq.err != nil || hq.fail != "" || hq.rows != 1 || !p.mirror.apply(hq.row, names, rels) {
-		ss.log.Warn("mirror query failed", logError, hq.err, "sqlstate", hq.fail)
+		p.log.Warn("mirror query failed", logError, hq.err, "sqlstate", hq.fail)
 		p.mirror.fresh = false
 		return
 	}
@@ -321,49 +316,48 @@ func (p *clientPump) refresh(names, rels []string) {
 // hidden consumes the response to a hidden query (server pump): nothing
 // reaches the client but asynchronous messages and a FATAL error.
 func (p *serverPump) hidden(typ byte) error {
-	ss := (*session)(p)
 	switch typ {
 	case 'A':
-		return ss.sr.forward(ss.cw)
+		return p.sr.forward(p.sh.cw)
 	case 'S':
 		return p.parameterStatus()
 	case 'D':
-		body, err := ss.sr.body()
+		body, err := p.sr.body()
 		if err != nil {
 			return err
 		}
-		ss.hq.rows++
-		ss.hq.row = decodeDataRow(body)
-		ss.sr.consume()
+		p.sh.hq.rows++
+		p.sh.hq.row = decodeDataRow(body)
+		p.sr.consume()
 		return nil
 	case 'E':
-		body, err := ss.sr.body()
+		body, err := p.sr.body()
 		if err != nil {
 			return err
 		}
-		ss.hq.fail = errorField(body, 'C')
+		p.sh.hq.fail = errorField(body, 'C')
 		if isFatal(body) {
-			ss.noteServerFatal(body)
-			return ss.sr.pass(ss.cw)
+			p.sh.noteServerFatal(body)
+			return p.sr.pass(p.sh.cw)
 		}
-		ss.sr.consume()
+		p.sr.consume()
 		return nil
 	case 'Z':
-		body, err := ss.sr.body()
+		body, err := p.sr.body()
 		if err != nil {
 			return err
 		}
-		ss.mu.Lock()
+		p.sh.mu.Lock()
 		if len(body) == 1 {
-			ss.txStatus = body[0]
+			p.sh.txStatus = body[0]
 		}
-		ss.mu.Unlock()
-		ss.sr.consume()
-		ss.hiddenActive.Store(false)
-		ss.hqDone <- struct{}{}
+		p.sh.mu.Unlock()
+		p.sr.consume()
+		p.sh.hiddenActive.Store(false)
+		p.sh.hqDone <- struct{}{}
 		return nil
 	}
-	return ss.sr.skip()
+	return p.sr.skip()
 }
 
 // decodeDataRow copies the fields of a DataRow; nil for NULL.

@@ -13,7 +13,7 @@ import (
 func idSession(f *fakeSnowflakes) (*clientPump, *plan.Template) {
 	ss := benchSession(false, bytes.NewReader(nil))
 	ss.cfg.Snowflakes = f
-	p := (*clientPump)(ss)
+	p := ss.cp
 	p.mirror = mirror{fresh: true, node: 5, shim: true, seqs: map[string]seqInfo{"s": {oid: 16384, usable: true, inc: 100}}}
 	s := plan.Slot{Op: plan.Nextval, Seq: "s", Arg: "'s'"}
 	c := plan.Slot{Op: plan.Currval, Seq: "s", Arg: "'s'"}
@@ -91,8 +91,7 @@ func TestValuesLeaveTransactionWithDDLToShim(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeSnowflakes{}
 			p, tmpl := idSession(f)
-			ss := (*session)(p)
-			ss.txStatus, ss.pending = tc.status, tc.pending
+			p.sh.txStatus, p.sh.pending = tc.status, tc.pending
 			allValid, ok := p.values(tmpl, false, true)
 			if !ok || allValid != tc.fast || (f.calls.Load() == 3) != tc.fast {
 				t.Fatalf("allValid %v, ok %v, %d IDs issued; want fast path %v", allValid, ok, f.calls.Load(), tc.fast)
@@ -124,7 +123,7 @@ func TestValuesNameTheFallback(t *testing.T) {
 		want  Fallback
 	}{
 		{"served", func(*clientPump, *fakeSnowflakes) {}, 0},
-		{"failed transaction", func(p *clientPump, _ *fakeSnowflakes) { (*session)(p).txStatus = 'E' }, FallbackFailedTransaction},
+		{"failed transaction", func(p *clientPump, _ *fakeSnowflakes) { p.sh.txStatus = 'E' }, FallbackFailedTransaction},
 		{"stale mirror", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.fresh = false }, FallbackStateUnknown},
 		{"unknown name", func(p *clientPump, _ *fakeSnowflakes) { delete(p.mirror.seqs, "s") }, FallbackStateUnknown},
 		{"no shim", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.shim = false }, FallbackNoShim},
@@ -132,15 +131,14 @@ func TestValuesNameTheFallback(t *testing.T) {
 		{"read only", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.readOnly = true }, FallbackReadOnly},
 		{"not a sequence", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.seqs["s"] = seqInfo{} }, FallbackNotSequence},
 		{"no usage", func(p *clientPump, _ *fakeSnowflakes) { p.mirror.seqs["s"] = seqInfo{oid: 16384, inc: 1} }, FallbackNoUsage},
-		{"shim statement running", func(p *clientPump, _ *fakeSnowflakes) { (*session)(p).shimBusy = plan.TouchShim }, FallbackShimRunning},
+		{"shim statement running", func(p *clientPump, _ *fakeSnowflakes) { p.sh.shimBusy = plan.TouchShim }, FallbackShimRunning},
 		{"DDL in the transaction", func(p *clientPump, _ *fakeSnowflakes) {
-			ss := (*session)(p)
-			ss.txStatus, ss.pending = 'T', plan.TouchCatalog
+			p.sh.txStatus, p.sh.pending = 'T', plan.TouchCatalog
 		}, FallbackDDLInTransaction},
 		// The fake classifies nothing: a refusal of Snowflakes counts as a
 		// failed lease.
 		{"refused by Snowflakes", func(_ *clientPump, f *fakeSnowflakes) { f.fail.Store(true) }, FallbackLeaseFailed},
-		{"no Snowflakes", func(p *clientPump, _ *fakeSnowflakes) { (*session)(p).cfg.Snowflakes = nil }, FallbackDisabled},
+		{"no Snowflakes", func(p *clientPump, _ *fakeSnowflakes) { p.cfg.Snowflakes = nil }, FallbackDisabled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeSnowflakes{}

@@ -36,7 +36,7 @@ var errCut = errors.New("session cut")
 // cut ends the session with e, told to the client at the end (tellCut).
 // It reports false when the session was already cut.
 func (ss *session) cut(e *Error) bool {
-	if !ss.cutErr.CompareAndSwap(nil, e) {
+	if !ss.sh.cutErr.CompareAndSwap(nil, e) {
 		return false
 	}
 	ss.cancel()
@@ -62,7 +62,7 @@ func (ss *session) cut(e *Error) bool {
 // message was cut short, a write failed) or already got a FATAL. It
 // reports whether the FATAL was written.
 func (ss *session) tellCut(e *Error) bool {
-	if ss.cw == nil || ss.outBroken || ss.fatalSent.Load() || ss.sawFatal.Load() {
+	if ss.sh.cw == nil || ss.sp.outBroken || ss.sh.fatalSent.Load() || ss.sh.sawFatal.Load() {
 		return false
 	}
 	ss.connMu.Lock()
@@ -72,7 +72,7 @@ func (ss *session) tellCut(e *Error) bool {
 	}
 	_ = ss.client.SetWriteDeadline(time.Now().Add(cutWrite))
 	ss.connMu.Unlock()
-	return ss.fatal(e) == nil
+	return ss.sh.fatal(e) == nil
 }
 
 // cutAll cuts every session at the end of Close's grace and waits, at most
@@ -101,13 +101,13 @@ func (s *Server) cutAll(idle <-chan struct{}) {
 // busy reports whether a statement is outstanding on the server: something
 // was forwarded whose ReadyForQuery has not been relayed yet. It also
 // returns the last transaction status.
-func (ss *session) busy() (bool, byte) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.track {
-		return !ss.q.empty() || ss.dirty || ss.hiddenActive.Load(), ss.txStatus
+func (sh *shared) busy() (bool, byte) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.track {
+		return !sh.q.empty() || sh.dirty || sh.hiddenActive.Load(), sh.txStatus
 	}
-	return ss.syncs.Load() != ss.readies, ss.txStatus
+	return sh.syncs.Load() != sh.readies, sh.txStatus
 }
 
 // cancelStatement sends the server a CancelRequest for the session when a
@@ -116,10 +116,10 @@ func (ss *session) busy() (bool, byte) {
 // holding its locks, although nobody will read the result. Once per
 // session.
 func (ss *session) cancelStatement() {
-	if ss.cancelSent || len(ss.backendKey) == 0 || !ss.relaying.Load() || ss.serverLost.Load() || ss.sawFatal.Load() {
+	if ss.cancelSent || len(ss.backendKey) == 0 || !ss.sh.relaying.Load() || ss.sh.serverLost.Load() || ss.sh.sawFatal.Load() {
 		return
 	}
-	if b, _ := ss.busy(); !b {
+	if b, _ := ss.sh.busy(); !b {
 		return
 	}
 	ss.cancelSent = true
@@ -137,7 +137,7 @@ func (ss *session) cancelStatement() {
 //
 // No clock is read on the relay path: one reaper goroutine ticks every
 // idlePeriod and looks at each relaying session's message counter
-// (session.msgs, which the client steps advance anyway, in the pumps and
+// (shared.msgs, which the client steps advance anyway, in the pumps and
 // in the event loops alike) and at whether a statement is outstanding
 // (busy). A session seen quiet with the same counter on ticks spanning the
 // timeout has been idle at least that long: it cannot turn busy without a
@@ -221,11 +221,11 @@ func (s *Server) reap() {
 // idleTicks returns for how many ticks the session has been seen idle, and
 // its transaction status. Reaper only (under Server.mu).
 func (ss *session) idleTicks(tick uint64) (uint64, byte) {
-	if !ss.relaying.Load() || ss.cutErr.Load() != nil {
+	if !ss.sh.relaying.Load() || ss.sh.cutErr.Load() != nil {
 		return 0, 0
 	}
-	m := ss.msgs.Load()
-	b, status := ss.busy()
+	m := ss.sh.msgs.Load()
+	b, status := ss.sh.busy()
 	if b || m != ss.reapMsgs {
 		ss.reapMsgs, ss.reapSince = m, 0
 		return 0, status

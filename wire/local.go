@@ -19,34 +19,32 @@ const (
 // outside a failed transaction and when the mirror says the transaction may
 // write; otherwise done is false and the caller forwards the query.
 func (p *clientPump) answerLocally(pl *plan.Plan) (done bool, err error) {
-	ss := (*session)(p)
 	m := &p.mirror
 	if !m.fresh || m.readOnly || len(pl.Local.Columns) != len(p.vals) {
 		return false, nil
 	}
-	ss.wmu.Lock()
-	defer ss.wmu.Unlock()
-	ss.mu.Lock()
-	safe := ss.q.empty() && !ss.dirty && !ss.hiddenActive.Load()
-	status := ss.txStatus
-	ss.mu.Unlock()
+	p.sh.wmu.Lock()
+	defer p.sh.wmu.Unlock()
+	p.sh.mu.Lock()
+	safe := p.sh.q.empty() && !p.sh.dirty && !p.sh.hiddenActive.Load()
+	status := p.sh.txStatus
+	p.sh.mu.Unlock()
 	if !safe || status == 'E' {
 		return false, nil
 	}
 	p.out = appendLocalAnswer(p.out[:0], pl.Local.Columns, p.vals, status)
-	ss.srv.stats.local.Add(1)
-	ss.srv.stats.localIDs.Add(uint64(p.fastIDs))
+	p.srv.stats.local.Add(1)
+	p.srv.stats.localIDs.Add(uint64(p.fastIDs))
 	return true, p.sendLocal()
 }
 
 // sendLocal writes a local answer built in p.out to the client at once
 // (the caller holds wmu).
 func (p *clientPump) sendLocal() error {
-	ss := (*session)(p)
-	if _, err := ss.cw.Write(p.out); err != nil {
+	if _, err := p.sh.cw.Write(p.out); err != nil {
 		return &Error{Kind: KindClientIO, Message: "write", Err: err}
 	}
-	if err := ss.cw.Flush(); err != nil {
+	if err := p.sh.cw.Flush(); err != nil {
 		return &Error{Kind: KindClientIO, Message: "write", Err: err}
 	}
 	return nil

@@ -33,31 +33,30 @@ var (
 	errHandover = netloop.ErrHandover
 )
 
-// Step is netloop.Steps.Step: one whole message of side, on a loop
-// thread or in a pump's poll. Terminate on a loop thread is handed over:
-// the pumps end the session.
-func (ss *session) Step(side netloop.Side, typ byte) error {
-	if side == netloop.Client {
-		if typ == 'X' && ss.onLoop() {
-			return errHandover
-		}
-		_, _, _ = ss.cr.next() // whole: the header is valid
-		return (*clientPump)(ss).step(typ)
-	}
-	_, _, _ = ss.sr.next()
-	return (*serverPump)(ss).step(typ)
+// relaySteps are the two pumps' steps as a loop thread drives them
+// (netloop.Steps).
+type relaySteps struct {
+	c *clientPump
+	s *serverPump
 }
 
-// EndTurn is netloop.Steps.EndTurn: after a loop turn on the client's
-// input, flush to the server; after one on the server's, end the batch.
-func (ss *session) EndTurn(side netloop.Side) error {
+func (r *relaySteps) Step(side netloop.Side, typ byte) error {
 	if side == netloop.Client {
-		if err := ss.sw.Flush(); err != nil {
+		return r.c.Step(side, typ)
+	}
+	return r.s.Step(side, typ)
+}
+
+// EndTurn ends a loop turn: after one on the client's input, flush to the
+// server; after one on the server's, end the batch.
+func (r *relaySteps) EndTurn(side netloop.Side) error {
+	if side == netloop.Client {
+		if err := r.c.sw.Flush(); err != nil {
 			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
 		}
 		return nil
 	}
-	if err := (*serverPump)(ss).unlock(); err != nil {
+	if err := r.s.unlock(); err != nil {
 		return &Error{Kind: KindClientIO, Message: "write", Err: err}
 	}
 	return nil
@@ -77,14 +76,14 @@ func (ss *session) Wake(side netloop.Side) {
 // nothing, and has not been handed over soon after its last return
 // (loopMin backs off a session that keeps needing its goroutines).
 func (ss *session) MayReenter() bool {
-	if !ss.loopOK || ss.ctx.Err() != nil || ss.hiddenActive.Load() || ss.msgs.Load()-ss.msgsAtSwitch < ss.loopMin {
+	if !ss.loopOK || ss.ctx.Err() != nil || ss.sh.hiddenActive.Load() || ss.sh.msgs.Load()-ss.msgsAtSwitch < ss.loopMin {
 		return false
 	}
 	// With a response still owed the loop would take the session back in
 	// the middle of it; its end is the better moment.
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.q.empty() && !ss.dirty
+	ss.sh.mu.Lock()
+	defer ss.sh.mu.Unlock()
+	return ss.sh.q.empty() && !ss.sh.dirty
 }
 
 // serveInLoop relays the session on lp while its traffic allows, and
@@ -93,7 +92,7 @@ func (ss *session) MayReenter() bool {
 // the session unchanged and entered false, when the loop cannot take it
 // (netloop.Relay.Enter).
 func (ss *session) serveInLoop(lp *netloop.Loop) (entered bool, err error) {
-	ss.msgsAtSwitch = ss.msgs.Load()
+	ss.msgsAtSwitch = ss.sh.msgs.Load()
 	taken, err := ss.rel.Enter(lp, [2]net.Conn{ss.client, ss.server}, func() bool { return ss.ctx.Err() != nil })
 	if !taken {
 		return false, nil
@@ -119,7 +118,7 @@ func (ss *session) leaveLoop() error {
 	if err != nil {
 		// cw still writes to the descriptor, now closed: nothing more may
 		// be written to the client (tellCut).
-		ss.outBroken = true
+		ss.sp.outBroken = true
 		return &Error{Kind: KindClientIO, Message: "leave event loop", Err: err}
 	}
 	ss.setConns(conns[netloop.Client], conns[netloop.Server])
@@ -132,7 +131,7 @@ func (ss *session) leaveLoop() error {
 // its first few handovers (a new session learns its state by hidden
 // queries, one handover each).
 func (ss *session) noteHandover() {
-	n := ss.msgs.Load()
+	n := ss.sh.msgs.Load()
 	ss.handoverN++
 	switch {
 	case n-ss.msgsAtSwitch >= loopSettled:
@@ -210,6 +209,3 @@ func (s *Server) stopLoops() {
 		lp.Stop()
 	}
 }
-
-// onLoop reports whether the session's steps run on a loop thread now.
-func (ss *session) onLoop() bool { return ss.rel != nil && ss.rel.InLoop() }

@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
-
-	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // BenchmarkRelayLoop relays round trips through a session in an event
@@ -40,11 +38,11 @@ func benchRelayLoop(b *testing.B, track bool) {
 	defer srv.stopLoops()
 	ss := newSession(srv, in, 1)
 	ss.server = out
-	ss.cr = newFrameReader(in, defaultMaxMessage)
-	ss.sr = newFrameReader(out, maxServerMessage)
-	ss.cw = bufio.NewWriterSize(in, ioBufferSize)
-	ss.sw = bufio.NewWriterSize(out, ioBufferSize)
-	ss.rel = netloop.NewRelay(ss, ss, [2]*netloop.Input{&ss.cr.Input, &ss.sr.Input}, [2]*bufio.Writer{ss.cw, ss.sw})
+	ss.cp.cr = newFrameReader(in, defaultMaxMessage)
+	ss.sp.sr = newFrameReader(out, maxServerMessage)
+	ss.sh.cw = bufio.NewWriterSize(in, ioBufferSize)
+	ss.cp.sw = bufio.NewWriterSize(out, ioBufferSize)
+	ss.attachRelay()
 	left := make(chan bool, 1)
 	go func() {
 		entered, _ := ss.serveInLoop(srv.pickLoop())

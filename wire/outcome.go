@@ -71,9 +71,9 @@ type serverFatal struct{ code, message string }
 
 // noteServerFatal records that the server sent the FATAL (or login
 // refusal) body: its close is expected, and the session's end names it.
-func (ss *session) noteServerFatal(body []byte) {
-	ss.sawFatal.Store(true)
-	ss.serverFatal.Store(&serverFatal{code: errorField(body, 'C'), message: errorField(body, 'M')})
+func (sh *shared) noteServerFatal(body []byte) {
+	sh.sawFatal.Store(true)
+	sh.serverFatal.Store(&serverFatal{code: errorField(body, 'C'), message: errorField(body, 'M')})
 }
 
 // ending is what the session knows of its end besides its error: set by
@@ -93,7 +93,7 @@ func (ss *session) end(err error, cut *Error) (Outcome, string, string) {
 	if e := ss.ending; e.outcome != 0 {
 		return e.outcome, e.code, e.message
 	}
-	f := ss.serverFatal.Load()
+	f := ss.sh.serverFatal.Load()
 	if k := kindOf(err); k != 0 {
 		if k == KindUpstreamIO && f != nil {
 			return OutcomeUpstreamTerminated, f.code, f.message
@@ -106,7 +106,7 @@ func (ss *session) end(err error, cut *Error) (Outcome, string, string) {
 		return OutcomeUpstreamTerminated, f.code, f.message
 	}
 	o := OutcomeClientDisconnected
-	if ss.terminated.Load() {
+	if ss.sh.terminated.Load() {
 		o = OutcomeClientClosed
 	}
 	select {

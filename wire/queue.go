@@ -35,11 +35,14 @@ type owed struct {
 	stmts []plan.Statement // command tags to rename (shared, read-only)
 	n     int              // owedQuery: CommandCompletes seen
 	pos   *posMap          // owedQuery, owedParse of a rewritten text: error cursors to map
-	rec   *stmtRec         // owedParse, owedHiddenParse: the record its ParseComplete confirms
+	// confirm: owedParse, owedHiddenParse: the confirmation of the
+	// record whose Parse this is, set at its ParseComplete (under
+	// shared.mu).
+	confirm *parseConfirm
 }
 
 // owedQueue is a FIFO of owed responses. It reuses its array: no
-// allocation in steady state. Guarded by session.mu.
+// allocation in steady state. Guarded by shared.mu.
 type owedQueue struct {
 	items []owed
 	head  int
@@ -57,7 +60,7 @@ func (q *owedQueue) push(o owed) {
 }
 
 // front returns the oldest entry, nil when empty. The pointer is valid
-// until the next push (callers hold session.mu).
+// until the next push (callers hold shared.mu).
 func (q *owedQueue) front() *owed {
 	if q.head < len(q.items) {
 		return &q.items[q.head]

@@ -11,28 +11,45 @@ import (
 // serverPump copies server messages to the client (phase 6 of doc.go). It
 // holds wmu from the first message of a batch until it has flushed, which
 // happens only when no more server input is buffered: one write per batch.
-type serverPump session
+// It owns the server reader and its scratch (docs/session.md).
+type serverPump struct {
+	sh  *shared
+	rel *netloop.Relay // its pending writes and the step error the loop met
 
-func (p *serverPump) run(done chan<- pumpResult) {
-	ss := (*session)(p)
-	defer ss.srv.wg.Done()
+	sr     frameReader // from the server
+	sout   []byte      // scratch
+	locked bool        // the pump holds wmu for the batch it relays
+	// outBroken: a server message may have reached the client in part.
+	// Set by whoever runs the server steps (or leaveLoop), read by the
+	// session goroutine once they stopped.
+	outBroken bool
+}
+
+// run is the server pump's goroutine.
+func (p *serverPump) run() error {
 	err := p.loop()
 	if err == errWantLoop {
 		_ = p.unlock() // a partial message may have kept the batch open
 	}
-	if ss.hiddenActive.Load() {
-		ss.hq.err = errors.Join(ss.hq.err, io.ErrUnexpectedEOF)
+	if p.sh.hiddenActive.Load() {
+		p.sh.hq.err = errors.Join(p.sh.hq.err, io.ErrUnexpectedEOF)
 	}
-	done <- pumpResult{fromClient: false, err: err}
+	return err
+}
+
+// Step is the netloop step of one whole server message, in Poll or on a
+// loop thread.
+func (p *serverPump) Step(_ netloop.Side, typ byte) error {
+	_, _, _ = p.sr.next() // whole: the header is valid
+	return p.step(typ)
 }
 
 func (p *serverPump) loop() error {
-	ss := (*session)(p)
 	p.locked = false
-	if b := ss.rel.TakePending(netloop.Client); b != nil {
+	if b := p.rel.TakePending(netloop.Client); b != nil {
 		// runPumps took wmu for this.
 		p.locked = true
-		if _, err := ss.cw.Write(b); err != nil {
+		if _, err := p.sh.cw.Write(b); err != nil {
 			_ = p.unlock()
 			return &Error{Kind: KindClientIO, Message: "write", Err: err}
 		}
@@ -40,24 +57,24 @@ func (p *serverPump) loop() error {
 			return &Error{Kind: KindClientIO, Message: "write", Err: err}
 		}
 	}
-	if x := ss.rel.LastExit(); x.Side == netloop.Server && x.Err != nil {
+	if x := p.rel.LastExit(); x.Side == netloop.Server && x.Err != nil {
 		return x.Err
 	}
 	for {
-		if ss.sr.CanPoll() {
-			if err := ss.sr.Poll(ss, netloop.Server); err != nil {
+		if p.sr.CanPoll() {
+			if err := p.sr.Poll(p, netloop.Server); err != nil {
 				return err
 			}
 		}
-		typ, _, err := ss.sr.next()
+		typ, _, err := p.sr.next()
 		if err != nil {
 			if ferr := p.unlock(); ferr != nil {
 				return &Error{Kind: KindClientIO, Message: "write", Err: ferr}
 			}
-			if ss.clientGone.Load() || ss.sawFatal.Load() {
+			if p.sh.clientGone.Load() || p.sh.sawFatal.Load() {
 				return nil
 			}
-			return ss.upstreamLost(err)
+			return p.sh.upstreamLost(err)
 		}
 		if err := p.step(typ); err != nil {
 			return err
@@ -69,11 +86,10 @@ func (p *serverPump) loop() error {
 // wmu at the first message of a batch and flushes and releases it when no
 // more server input is buffered.
 func (p *serverPump) step(typ byte) error {
-	ss := (*session)(p)
 	if !p.locked {
-		ss.wmu.Lock()
+		p.sh.wmu.Lock()
 		p.locked = true
-		if ss.cutErr.Load() != nil {
+		if p.sh.cutErr.Load() != nil {
 			// The session is being cut (lifecycle.go): the client's
 			// stream ends here, at a message boundary, for its FATAL.
 			_ = p.unlock()
@@ -82,11 +98,11 @@ func (p *serverPump) step(typ byte) error {
 	}
 	if err := p.handle(typ); err != nil {
 		// The message may have reached the client in part.
-		ss.outBroken = true
+		p.outBroken = true
 		_ = p.unlock()
 		return err
 	}
-	if ss.sr.R.Buffered() == 0 {
+	if p.sr.R.Buffered() == 0 {
 		if err := p.unlock(); err != nil {
 			return &Error{Kind: KindClientIO, Message: "write", Err: err}
 		}
@@ -96,75 +112,73 @@ func (p *serverPump) step(typ byte) error {
 
 // unlock ends a batch: flush to the client and release wmu.
 func (p *serverPump) unlock() error {
-	ss := (*session)(p)
 	if !p.locked {
 		return nil
 	}
 	p.locked = false
-	err := ss.cw.Flush()
-	ss.wmu.Unlock()
+	err := p.sh.cw.Flush()
+	p.sh.wmu.Unlock()
 	return err
 }
 
 // handle relays one server message. Messages that need no change are
 // copied raw; only the ones that carry state or end a response are read.
 func (p *serverPump) handle(typ byte) error {
-	ss := (*session)(p)
-	if ss.hiddenActive.Load() {
+	if p.sh.hiddenActive.Load() {
 		return p.hidden(typ)
 	}
 	switch typ {
 	case 'Z':
-		body, err := ss.sr.body()
+		body, err := p.sr.body()
 		if err != nil {
 			return err
 		}
 		p.ready(body)
-		return ss.sr.pass(ss.cw)
+		return p.sr.pass(p.sh.cw)
 	case 'E':
-		body, err := ss.sr.body()
+		body, err := p.sr.body()
 		if err != nil {
 			return err
 		}
 		if isFatal(body) {
-			ss.noteServerFatal(body)
+			p.sh.noteServerFatal(body)
 		}
 		var pm *posMap
 		own := false
-		if ss.track {
-			ss.mu.Lock()
-			if o := ss.q.front(); o != nil {
+		if p.sh.track {
+			p.sh.mu.Lock()
+			if o := p.sh.q.front(); o != nil {
 				pm, own = o.pos, ownStatement(o)
 				if o.kind.extended() {
 					// The server now skips to Sync; ready pops the rest.
-					ss.q.pop()
+					p.sh.q.pop()
 				}
 			}
-			ss.mu.Unlock()
+			p.sh.mu.Unlock()
 		}
 		if fixed, ok := fixError(body, pm, own); ok {
-			ss.sr.consume()
+			p.sr.consume()
 			return p.write('E', fixed)
 		}
-		return ss.sr.pass(ss.cw)
+		return p.sr.pass(p.sh.cw)
 	case 'N':
 		return p.notice()
 	case 'S':
 		return p.parameterStatus()
 	}
-	if !ss.track {
-		return ss.sr.forward(ss.cw)
+	if !p.sh.track {
+		return p.sr.forward(p.sh.cw)
 	}
 	switch typ {
 	case 'C':
 		return p.commandComplete()
 	case 't':
-		ss.mu.Lock()
+		p.sh.mu.Lock()
 		strip := 0
-		if o := ss.q.front(); o != nil && o.kind == owedDescribeStmt {
+		if o := p.sh.q.front(); o != nil && o.kind == owedDescribeStmt {
 			strip = o.strip
 		}
-		ss.mu.Unlock()
+		p.sh.mu.Unlock()
 		if strip > 0 {
 			return p.parameterDescription(strip)
 		}
@@ -172,37 +186,36 @@ func (p *serverPump) handle(typ byte) error {
 		p.complete(owedDescribeStmt, owedDescribePortal)
 	case '1':
 		if p.swallow(owedHiddenParse) {
-			return ss.sr.skip()
+			return p.sr.skip()
 		}
 		p.complete(owedParse, 0)
 	case '2':
 		if p.swallow(owedHiddenBind) {
-			return ss.sr.skip()
+			return p.sr.skip()
 		}
 		p.complete(owedBind, 0)
 	case '3':
 		if p.swallow(owedHiddenClose) {
-			return ss.sr.skip()
+			return p.sr.skip()
 		}
 		p.complete(owedClose, 0)
 	case 'I', 's':
 		p.complete(owedExecute, 0)
 	}
-	return ss.sr.forward(ss.cw)
+	return p.sr.forward(p.sh.cw)
 }
 
 // parameterStatus notes a ParameterStatus (is_superuser, read-only
 // settings) and relays it.
 func (p *serverPump) parameterStatus() error {
-	ss := (*session)(p)
-	body, err := ss.sr.body()
+	body, err := p.sr.body()
 	if err != nil {
 		return err
 	}
-	ss.mu.Lock()
-	ss.noteParameter(body)
-	ss.mu.Unlock()
-	return ss.sr.pass(ss.cw)
+	p.sh.mu.Lock()
+	p.sh.noteParameter(body)
+	p.sh.mu.Unlock()
+	return p.sr.pass(p.sh.cw)
 }
 
 // complete pops the front entry when it is of kind a or b (0: none) and
@@ -210,17 +223,16 @@ func (p *serverPump) parameterStatus() error {
 // as known to the server (extlocal.go answers only for statements the
 // server has; simpleprep.go sends Parse again until it is confirmed).
 func (p *serverPump) complete(a, b owedKind) bool {
-	ss := (*session)(p)
-	ss.mu.Lock()
-	o := ss.q.front()
+	p.sh.mu.Lock()
+	o := p.sh.q.front()
 	done := o != nil && (o.kind == a || o.kind == b)
 	if done {
-		if o.rec != nil {
-			o.rec.parsed = true
+		if o.confirm != nil {
+			o.confirm.ok = true
 		}
-		ss.q.pop()
+		p.sh.q.pop()
 	}
-	ss.mu.Unlock()
+	p.sh.mu.Unlock()
 	return done
 }
 
@@ -233,37 +245,35 @@ func (p *serverPump) swallow(k owedKind) bool { return p.complete(k, 0) }
 // completes (after an error, every entry up to the Sync), the safe point,
 // and the mirror state a SET LOCAL or a rollback may have changed.
 func (p *serverPump) ready(body []byte) {
-	ss := (*session)(p)
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
 	if len(body) == 1 {
-		ss.txStatus = body[0]
+		p.sh.txStatus = body[0]
 	}
-	ss.readies++
-	for !ss.q.empty() {
-		k := ss.q.front().kind
-		ss.q.pop()
+	p.sh.readies++
+	for !p.sh.q.empty() {
+		k := p.sh.q.front().kind
+		p.sh.q.pop()
 		if k.endsAtReady() {
 			break
 		}
 	}
-	if ss.q.empty() {
-		ss.dirty = false
-		ss.fenceDue |= ss.shimBusy
-		ss.shimBusy = 0
+	if p.sh.q.empty() {
+		p.sh.dirty = false
+		p.sh.fenceDue |= p.sh.shimBusy
+		p.sh.shimBusy = 0
 	}
-	ss.invalid |= ss.pending
-	if ss.txStatus == 'I' {
-		ss.pending = 0
+	p.sh.invalid |= p.sh.pending
+	if p.sh.txStatus == 'I' {
+		p.sh.pending = 0
 	}
 }
 
 // commandComplete renames the tag when the statement's plan says so.
 func (p *serverPump) commandComplete() error {
-	ss := (*session)(p)
 	tag := ""
-	ss.mu.Lock()
-	if o := ss.q.front(); o != nil {
+	p.sh.mu.Lock()
+	if o := p.sh.q.front(); o != nil {
 		switch o.kind {
 		case owedQuery:
 			if o.n < len(o.stmts) {
@@ -274,30 +284,29 @@ func (p *serverPump) commandComplete() error {
 			if len(o.stmts) > 0 {
 				tag = o.stmts[0].Tag
 			}
-			ss.q.pop()
+			p.sh.q.pop()
 		}
 	}
-	ss.mu.Unlock()
+	p.sh.mu.Unlock()
 	if tag == "" {
-		return ss.sr.forward(ss.cw)
+		return p.sr.forward(p.sh.cw)
 	}
-	if _, err := ss.sr.read(); err != nil {
+	if _, err := p.sr.read(); err != nil {
 		return err
 	}
 	var start int
-	ss.sout, start = appendHeader(ss.sout[:0], 'C')
-	ss.sout = append(ss.sout, tag...)
-	ss.sout = append(ss.sout, 0)
-	ss.sout = finishMsg(ss.sout, start)
-	_, err := ss.cw.Write(ss.sout)
+	p.sout, start = appendHeader(p.sout[:0], 'C')
+	p.sout = append(p.sout, tag...)
+	p.sout = append(p.sout, 0)
+	p.sout = finishMsg(p.sout, start)
+	_, err := p.sh.cw.Write(p.sout)
 	return err
 }
 
 // parameterDescription hides the strip trailing parameters the proxy
 // injected (pgx's default mode binds exactly the parameters it is told of).
 func (p *serverPump) parameterDescription(strip int) error {
-	ss := (*session)(p)
-	body, err := ss.sr.read()
+	body, err := p.sr.read()
 	if err != nil {
 		return err
 	}
@@ -314,20 +323,19 @@ func (p *serverPump) parameterDescription(strip int) error {
 
 // write sends a message whose body was read.
 func (p *serverPump) write(typ byte, body []byte) error {
-	ss := (*session)(p)
 	var start int
-	ss.sout, start = appendHeader(ss.sout[:0], typ)
+	p.sout, start = appendHeader(p.sout[:0], typ)
 	if len(body) < 1024 {
-		ss.sout = append(ss.sout, body...)
-		ss.sout = finishMsg(ss.sout, start)
-		_, err := ss.cw.Write(ss.sout)
+		p.sout = append(p.sout, body...)
+		p.sout = finishMsg(p.sout, start)
+		_, err := p.sh.cw.Write(p.sout)
 		return err
 	}
-	ss.sout = finishMsgLen(ss.sout, start, len(body))
-	if _, err := ss.cw.Write(ss.sout); err != nil {
+	p.sout = finishMsgLen(p.sout, start, len(body))
+	if _, err := p.sh.cw.Write(p.sout); err != nil {
 		return err
 	}
-	_, err := ss.cw.Write(body)
+	_, err := p.sh.cw.Write(body)
 	return err
 }
 

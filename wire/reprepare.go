@@ -23,8 +23,7 @@ import (
 // revalidate re-prepares the named statement of rec when its template is
 // stale (see above).
 func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
-	ss := (*session)(p)
-	if len(name) == 0 || ss.cfg.Snowflakes == nil {
+	if len(name) == 0 || p.cfg.Snowflakes == nil {
 		return nil
 	}
 	safe, status := p.state()
@@ -32,7 +31,7 @@ func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 	if rec.gen == p.mirror.gen || !safe || status == 'E' {
 		return nil
 	}
-	if ss.onLoop() {
+	if p.onLoop() {
 		p.wouldWait = true // insertTemplate may need a hidden query
 		return nil
 	}
@@ -58,14 +57,14 @@ func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 	p.out = append(p.out, 0)
 	p.out = finishMsg(p.out, start)
 	p.push(owed{kind: owedHiddenClose})
-	if _, err := ss.sw.Write(p.out); err != nil {
+	if _, err := p.sw.Write(p.out); err != nil {
 		return err
 	}
 	noids := len(rec.types) / 4
 	p.vals = p.vals[:0]
 	p.out = p.appendParse(p.out[:0], name, rec, rec.types, noids)
 	p.push(owed{kind: owedHiddenParse})
-	_, err := ss.sw.Write(p.out)
+	_, err := p.sw.Write(p.out)
 	return err
 }
 

@@ -11,15 +11,14 @@ import (
 // Query; a plan the proxy can answer alone is answered by local.go when the
 // session state allows it.
 func (p *clientPump) query() error {
-	ss := (*session)(p)
-	body, err := ss.cr.body()
+	body, err := p.cr.body()
 	if err != nil {
 		return err
 	}
 	if len(body) == 0 || body[len(body)-1] != 0 {
 		return protocolError("invalid string in message")
 	}
-	pl := ss.cfg.Rewriter.Plan(viewString(body[:len(body)-1]))
+	pl := p.cfg.Rewriter.Plan(viewString(body[:len(body)-1]))
 	if pl == nil {
 		pl = plan.Passthrough
 	}
@@ -33,23 +32,23 @@ func (p *clientPump) query() error {
 		p.markShim()
 	}
 	if t == nil {
-		ss.srv.countFallback(p.executionFallback(shim, false, pl))
+		p.srv.countFallback(p.executionFallback(shim, false, pl))
 		p.push(owed{kind: owedQuery, stmts: pl.Statements})
 		p.forwardedQuery(pl)
-		return ss.cr.pass(ss.sw)
+		return p.cr.pass(p.sw)
 	}
 	allValid, ok := p.values(t, true, true)
 	if p.mustWait() {
 		return errHandover
 	}
-	ss.srv.countFallback(p.executionFallback(shim, p.noteShimSlots(t), pl))
+	p.srv.countFallback(p.executionFallback(shim, p.noteShimSlots(t), pl))
 	if !ok {
 		// No SQL for an extension slot: the server answers the original.
 		p.push(owed{kind: owedQuery})
 		p.forwardedQuery(pl)
-		return ss.cr.pass(ss.sw)
+		return p.cr.pass(p.sw)
 	}
-	ss.cr.consume()
+	p.cr.consume()
 	if pl.Local != nil && allValid {
 		if done, err := p.answerLocally(pl); done || err != nil {
 			// For the client the Query destroyed the unnamed statement and
@@ -71,7 +70,7 @@ func (p *clientPump) query() error {
 	p.out = finishMsg(p.out, start)
 	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, false)})
 	p.forwardedQuery(pl)
-	_, err = ss.sw.Write(p.out)
+	_, err = p.sw.Write(p.out)
 	return err
 }
 
@@ -87,7 +86,6 @@ func (p *clientPump) forwardedQuery(pl *plan.Plan) {
 // state made stale (again at each ReadyForQuery until the transaction ends,
 // for SET LOCAL and rollbacks).
 func (p *clientPump) effects(pl *plan.Plan) {
-	ss := (*session)(p)
 	t := pl.Touches
 	if pl.DeallocateAll || (t&plan.TouchPrepared != 0 && pl.Deallocate == "") {
 		clear(p.stmts)
@@ -105,8 +103,8 @@ func (p *clientPump) effects(pl *plan.Plan) {
 	if t&plan.TouchAll != 0 && t&plan.TouchPrepared != 0 {
 		clear(p.mirror.currval) // DISCARD ALL includes DISCARD SEQUENCES
 	}
-	ss.mu.Lock()
-	ss.pending |= t
-	ss.shimBusy |= t & touchFence
-	ss.mu.Unlock()
+	p.sh.mu.Lock()
+	p.sh.pending |= t
+	p.sh.shimBusy |= t & touchFence
+	p.sh.mu.Unlock()
 }

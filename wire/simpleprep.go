@@ -68,7 +68,7 @@ type preparedQuery struct {
 	name []byte // "snowflake-proxy insert N"
 	// rec holds the template for appendParse (the current one: any
 	// template of this text renders it), and rec.parsed whether the server
-	// confirmed the Parse (set by the server pump under session.mu). At a
+	// confirmed the Parse (set by the server pump under shared.mu). At a
 	// safe point it is final: false after a sent Parse means the Parse
 	// failed, and the next use sends it again.
 	rec stmtRec
@@ -80,8 +80,7 @@ type preparedQuery struct {
 // conditions above do not hold or the text is new: the caller then sends
 // the Query.
 func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error) {
-	ss := (*session)(p)
-	if pl.Inserts == nil || !pl.Inserts.Plain || p.stmtLive || ss.cfg.QueryInserts || !p.serverSeen || p.pooled {
+	if pl.Inserts == nil || !pl.Inserts.Plain || p.stmtLive || p.cfg.QueryInserts || !p.serverSeen || p.pooled {
 		return false, nil
 	}
 	if safe, status := p.state(); !safe || status == 'E' {
@@ -95,16 +94,15 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 		}
 	}
 	// At a safe point the server pump has popped every entry, the one that
-	// set parsed included, under session.mu, which state took since: the
-	// read needs no lock.
-	parsed := pq.rec.parsed
+	// set parsed included: the answer is final.
+	parsed := p.sh.confirmed(&pq.rec.parsed)
 	pm := newPosMap(t, p.vals, 0, true)
 	p.out = p.out[:0]
 	ids := t.IDSlots()
 	if !parsed {
 		pq.rec.t, pq.rec.ids = t, ids
 		p.out = p.appendParse(p.out, pq.name, &pq.rec, nil, 0)
-		p.push(owed{kind: owedHiddenParse, pos: pm, rec: &pq.rec})
+		p.push(owed{kind: owedHiddenParse, pos: pm, confirm: &pq.rec.parsed})
 	}
 	var start int
 	p.out, start = appendHeader(p.out, 'B')
@@ -124,8 +122,8 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	// has this one until Sync or, in a transaction block, its end.
 	p.unnamed, p.unnamedPortal, p.portalLive = nil, nil, true
 	p.effects(pl)
-	ss.srv.stats.preparedInserts.Add(1)
-	_, err := ss.sw.Write(p.out)
+	p.srv.stats.preparedInserts.Add(1)
+	_, err := p.sw.Write(p.out)
 	return true, err
 }
 
@@ -161,18 +159,17 @@ func (p *clientPump) secondUse() *preparedQuery {
 // reaches its server through a pooler (see the top of this file), once
 // for good, and logs the first such session of the proxy.
 func (p *clientPump) notePooler() {
-	ss := (*session)(p)
 	if p.pooled || p.mirror.pid == 0 {
 		return
 	}
 	p.serverSeen = true
-	if p.mirror.pid == ss.backendPID {
+	if p.mirror.pid == p.backendPID {
 		return
 	}
 	p.pooled = true
-	if ss.srv.pooledLogged.CompareAndSwap(false, true) {
-		ss.log.Info("this session reaches the server through a connection pooler (its server process is not the one its BackendKeyData names): "+
-			"simple-protocol INSERTs of such sessions are not prepared", "server_pid", p.mirror.pid, "key_pid", ss.backendPID)
+	if p.srv.pooledLogged.CompareAndSwap(false, true) {
+		p.log.Info("this session reaches the server through a connection pooler (its server process is not the one its BackendKeyData names): "+
+			"simple-protocol INSERTs of such sessions are not prepared", "server_pid", p.mirror.pid, "key_pid", p.backendPID)
 	}
 }
 

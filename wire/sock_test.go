@@ -103,9 +103,7 @@ func BenchmarkRelaySocket(b *testing.B) {
 	}
 }
 
-// stepFunc is a netloop.Steps of one function, for one side.
+// stepFunc is a netloop.Stepper of one function, for one side.
 type stepFunc func(typ byte) error
 
 func (f stepFunc) Step(_ netloop.Side, typ byte) error { return f(typ) }
-
-func (f stepFunc) EndTurn(netloop.Side) error { return nil }

@@ -85,7 +85,7 @@ func readStartupPacket(r io.Reader) ([]byte, error) {
 
 // fatalRaw sends an ErrorResponse before the relay's writers exist.
 func (ss *session) fatalRaw(err error) {
-	ss.fatalSent.Store(true)
+	ss.sh.fatalSent.Store(true)
 	b, _ := errorResponse(err).Encode(nil)
 	_, _ = ss.client.Write(b)
 }
@@ -150,11 +150,11 @@ func (ss *session) connect(pkt []byte) error {
 	out = append(out, 0)
 	binary.BigEndian.PutUint32(out, uint32(len(out)))
 
-	ss.cw = bufio.NewWriterSize(ss.client, ioBufferSize)
-	ss.cr = newFrameReader(ss.client, maxAuthMessage)
+	ss.sh.cw = bufio.NewWriterSize(ss.client, ioBufferSize)
+	ss.cp.cr = newFrameReader(ss.client, maxAuthMessage)
 	if err := ss.openServer(out); err != nil {
-		if kindOf(err) != KindUpstreamIO && ss.cutErr.Load() == nil {
-			ss.fatal(err)
+		if kindOf(err) != KindUpstreamIO && ss.sh.cutErr.Load() == nil {
+			ss.sh.fatal(err)
 		}
 		return err
 	}
@@ -164,15 +164,15 @@ func (ss *session) connect(pkt []byte) error {
 // upstreamLost reports a lost server connection to the client (08006).
 // After a cut the connection was ended by the proxy (lifecycle.go): the
 // client gets the cut's FATAL instead.
-func (ss *session) upstreamLost(err error) error {
+func (sh *shared) upstreamLost(err error) error {
 	e := &Error{Kind: KindUpstreamIO, Code: codeConnectionFailure,
 		Message: "snowflake-proxy: server closed the connection unexpectedly", Err: err}
-	if ss.cutErr.Load() != nil {
+	if sh.cutErr.Load() != nil {
 		return e
 	}
-	ss.serverLost.Store(true)
-	if !ss.clientGone.Load() && !ss.sawFatal.Load() {
-		ss.fatal(e)
+	sh.serverLost.Store(true)
+	if !sh.clientGone.Load() && !sh.sawFatal.Load() {
+		sh.fatal(e)
 	}
 	return e
 }

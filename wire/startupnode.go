@@ -185,7 +185,7 @@ func (ss *session) admitStartupNode(z []byte) ([]byte, error) {
 	}
 	ss.startupNode = nil
 	z = append([]byte(nil), z...) // the hidden query below reuses the read buffer
-	if ss.params["is_superuser"] != "on" {
+	if ss.sh.params["is_superuser"] != "on" {
 		ok, err := ss.maySetNode()
 		if err != nil {
 			return nil, err
@@ -209,7 +209,7 @@ const (
 // maySetNode asks the server whether the session's role holds SET on
 // snowflake.node. Before PostgreSQL 15 no role but a superuser can.
 func (ss *session) maySetNode() (bool, error) {
-	v := ss.params["server_version"] // "15.4 (Debian ...)", "16beta1"
+	v := ss.sh.params["server_version"] // "15.4 (Debian ...)", "16beta1"
 	end := strings.IndexFunc(v, func(r rune) bool { return r < '0' || r > '9' })
 	if end < 0 {
 		end = len(v)
@@ -223,26 +223,26 @@ func (ss *session) maySetNode() (bool, error) {
 	msg = append(msg, q...)
 	msg = append(msg, 0)
 	msg = finishMsg(msg, start)
-	if _, err := ss.sw.Write(msg); err != nil {
-		return false, ss.upstreamLost(err)
+	if _, err := ss.cp.sw.Write(msg); err != nil {
+		return false, ss.sh.upstreamLost(err)
 	}
-	if err := ss.sw.Flush(); err != nil {
-		return false, ss.upstreamLost(err)
+	if err := ss.cp.sw.Flush(); err != nil {
+		return false, ss.sh.upstreamLost(err)
 	}
 	granted := false
 	for {
-		typ, _, err := ss.sr.next()
+		typ, _, err := ss.sp.sr.next()
 		if err != nil {
-			return false, ss.upstreamLost(err)
+			return false, ss.sh.upstreamLost(err)
 		}
 		switch typ {
 		case 'E', 'S':
-			body, err := ss.sr.read()
+			body, err := ss.sp.sr.read()
 			if err != nil {
-				return false, ss.upstreamLost(err)
+				return false, ss.sh.upstreamLost(err)
 			}
 			if typ == 'S' {
-				ss.noteParameter(body)
+				ss.sh.noteParameter(body)
 			}
 			if typ == 'S' || isFatal(body) {
 				// Relayed as during authentication; after a FATAL the
@@ -250,31 +250,31 @@ func (ss *session) maySetNode() (bool, error) {
 				ss.out = append(ss.out[:0], typ, 0, 0, 0, 0)
 				ss.out = append(ss.out, body...)
 				binary.BigEndian.PutUint32(ss.out[1:], uint32(len(body)+4))
-				if _, err := ss.cw.Write(ss.out); err != nil {
+				if _, err := ss.sh.cw.Write(ss.out); err != nil {
 					return false, &Error{Kind: KindClientIO, Message: "write", Err: err}
 				}
 			}
 			if typ == 'E' && isFatal(body) {
-				_ = ss.cw.Flush()
-				ss.noteServerFatal(body)
+				_ = ss.sh.cw.Flush()
+				ss.sh.noteServerFatal(body)
 				return false, errSessionDone
 			}
 		case 'D':
-			body, err := ss.sr.read()
+			body, err := ss.sp.sr.read()
 			if err != nil {
-				return false, ss.upstreamLost(err)
+				return false, ss.sh.upstreamLost(err)
 			}
 			if row := decodeDataRow(body); len(row) == 1 && row[0] != nil && *row[0] == "t" {
 				granted = true
 			}
 		case 'Z':
-			if _, err := ss.sr.read(); err != nil {
-				return false, ss.upstreamLost(err)
+			if _, err := ss.sp.sr.read(); err != nil {
+				return false, ss.sh.upstreamLost(err)
 			}
 			return granted, nil
 		default: // RowDescription, CommandComplete, NoticeResponse
-			if err := ss.sr.skip(); err != nil {
-				return false, ss.upstreamLost(err)
+			if err := ss.sp.sr.skip(); err != nil {
+				return false, ss.sh.upstreamLost(err)
 			}
 		}
 	}
@@ -286,14 +286,14 @@ func (ss *session) refuseStartup(code, msg, hint string) error {
 	ss.log.Info("session refused: snowflake.node in the startup packet", logUser, ss.user, "sqlstate", code, logError, msg)
 	e := &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: msg, Hint: hint}
 	b, _ := e.Encode(nil)
-	if _, err := ss.cw.Write(b); err != nil {
+	if _, err := ss.sh.cw.Write(b); err != nil {
 		return &Error{Kind: KindClientIO, Message: "write", Err: err}
 	}
-	if err := ss.cw.Flush(); err != nil {
+	if err := ss.sh.cw.Flush(); err != nil {
 		return &Error{Kind: KindClientIO, Message: "write", Err: err}
 	}
-	_, _ = ss.sw.Write([]byte{'X', 0, 0, 0, 4})
-	_ = ss.sw.Flush()
+	_, _ = ss.cp.sw.Write([]byte{'X', 0, 0, 0, 4})
+	_ = ss.cp.sw.Flush()
 	ss.ending = ending{outcome: OutcomeRefused, code: code, message: msg}
 	return errSessionDone
 }

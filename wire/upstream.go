@@ -221,16 +221,16 @@ func (ss *session) openServer(startup []byte) error {
 			last = true // declined TLS already made this the plaintext attempt
 		}
 		ss.installServer(c)
-		if _, err := ss.sw.Write(startup); err != nil {
-			return ss.upstreamLost(err)
+		if _, err := ss.cp.sw.Write(startup); err != nil {
+			return ss.sh.upstreamLost(err)
 		}
-		if err := ss.sw.Flush(); err != nil {
-			return ss.upstreamLost(err)
+		if err := ss.cp.sw.Flush(); err != nil {
+			return ss.sh.upstreamLost(err)
 		}
 		if last {
 			return nil
 		}
-		if b, err := ss.sr.R.Peek(1); err != nil || b[0] != 'E' {
+		if b, err := ss.sp.sr.R.Peek(1); err != nil || b[0] != 'E' {
 			return nil // authenticate reports a read error
 		}
 		ss.log.Debug("server refused the session; trying the next sslmode attempt", "tls", a != attemptPlain && !plain)
@@ -247,8 +247,8 @@ func (ss *session) openServer(startup []byte) error {
 func (ss *session) installServer(c net.Conn) {
 	ss.setConns(ss.client, c)
 	ss.deadline(c, time.Now().Add(ss.cfg.HandshakeTimeout), false)
-	ss.sw = bufio.NewWriterSize(c, ioBufferSize)
-	ss.sr = newFrameReader(c, maxServerMessage)
+	ss.cp.sw = bufio.NewWriterSize(c, ioBufferSize)
+	ss.sp.sr = newFrameReader(c, maxServerMessage)
 }
 
 // dialCancel opens a connection for a CancelRequest as sessions connect:

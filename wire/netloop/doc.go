@@ -15,7 +15,7 @@
 //     UseSockWriter writes with raw system calls, so that a write that
 //     wakes the peer does not hand the thread's P to another (sysmon);
 //     elsewhere the pumps use net.Conn only.
-//   - relay.go: Side, Steps, Exit and Relay, a session's part of the
+//   - relay.go: Side, Stepper, Steps, Exit and Relay, a session's part of the
 //     machinery; relay_linux.go: Relay.Enter, Wait and Leave, and the
 //     loop thread's turn on one readiness event.
 //   - loop_linux.go: Loop, the epoll thread, and the raw loop reader and

@@ -22,13 +22,18 @@ func (s Side) String() string {
 	return "server"
 }
 
-// Steps are the protocol's message handlers as the machinery drives them.
-type Steps interface {
+// Stepper is a protocol's message handler as the machinery drives it.
+type Stepper interface {
 	// Step handles the whole message of type typ at the front of side's
 	// input, and must consume exactly that message. On a loop thread
 	// (Relay.InLoop) it must not wait: when the message needs what only
 	// a pump may do, it returns ErrHandover before changing anything.
 	Step(side Side, typ byte) error
+}
+
+// Steps are the handlers of both sides, as a loop thread drives them.
+type Steps interface {
+	Stepper
 	// EndTurn ends a loop thread's turn on side's input: it writes what
 	// the steps of that turn left buffered. Loop threads only.
 	EndTurn(side Side) error

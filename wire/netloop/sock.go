@@ -215,7 +215,7 @@ func (in *Input) UsePoll(c net.Conn) {
 // header, a read error (kept for that blocking read), or a deadline or
 // close of the connection. A step must consume exactly the message it is
 // given.
-func (in *Input) Poll(steps Steps, side Side) error {
+func (in *Input) Poll(steps Stepper, side Side) error {
 	s := in.src
 	var stepErr error
 	stop := false

@@ -19,7 +19,7 @@ type sockReader struct {
 func (in *Input) UsePoll(net.Conn) {}
 
 // Poll is never called here (CanPoll is false).
-func (in *Input) Poll(Steps, Side) error { return nil }
+func (in *Input) Poll(Stepper, Side) error { return nil }
 
 // UseSockWriter does nothing here: bw keeps writing the connection.
 func UseSockWriter(*bufio.Writer, net.Conn) {}
