@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -44,7 +45,6 @@ type clientPump struct {
 	serverSeen bool
 	pooled     bool
 	mirror     mirror
-	wouldWait  bool   // set on the event loop's thread instead of waiting (ids.go)
 	out        []byte // scratch for messages the client pump builds
 	vals       []plan.Value
 	// fastIDs is how many of vals the fast path issued (ids.go), so that
@@ -59,6 +59,47 @@ type clientPump struct {
 	prepared map[string]*preparedQuery
 	seen     map[uint64]struct{}
 	text     []byte
+	// carried is the plan a loop thread made for the Parse or Query it
+	// handed over, for the pump that takes the message again (plan).
+	carried carriedPlan
+	// idleSeen: a state() call of the current Bind found a safe point in
+	// status 'I', where the unnamed portal ends with the implicit
+	// transaction (bind; scratch of one step).
+	idleSeen bool
+}
+
+// carriedPlan is a plan made on a loop thread and the text it is for.
+type carriedPlan struct {
+	text []byte
+	pl   *plan.Plan
+}
+
+// plan returns the Rewriter's plan of text: the one carried over from the
+// loop thread when it is for this text, else a new one.
+func (p *clientPump) plan(text []byte) *plan.Plan {
+	if c := &p.carried; c.pl != nil {
+		pl, same := c.pl, bytes.Equal(c.text, text)
+		c.pl, c.text = nil, c.text[:0]
+		if same {
+			return pl
+		}
+	}
+	pl := p.cfg.Rewriter.Plan(viewString(text))
+	if pl == nil {
+		pl = plan.Passthrough
+	}
+	return pl
+}
+
+// handOver ends a step on a loop thread with err (errHandover): the
+// session goes to its pumps, and pl goes with it for the same text, so
+// that the message is analysed once.
+func (p *clientPump) handOver(text []byte, pl *plan.Plan, err error) error {
+	if err == errHandover {
+		p.carried.text = append(p.carried.text[:0], text...)
+		p.carried.pl = pl
+	}
+	return err
 }
 
 // run is the client pump's goroutine.
@@ -242,6 +283,7 @@ func (p *clientPump) state() (safe bool, status byte) {
 	p.mirror.invalidate(inv)
 	if safe && status == 'I' {
 		p.portalLive = false // portals end with their transaction
+		p.idleSeen = true
 	}
 	return safe, status
 }

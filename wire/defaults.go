@@ -71,12 +71,15 @@ func (p *clientPump) checkEpoch() uint64 {
 // in its shim because the session does not know every target, and why
 // (ids.go fences after such statements; Stats.Fallbacks counts them). It
 // goes with the template: whoever keeps one keeps both.
-func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Template, shim Fallback) {
+//
+// On a loop thread err is errHandover, before any record changed, when a
+// hidden query would have to run.
+func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Template, shim Fallback, err error) {
 	if pl.Inserts == nil {
-		return pl.Template, 0
+		return pl.Template, 0, nil
 	}
 	if p.cfg.Snowflakes == nil {
-		return pl.Template, FallbackDisabled
+		return pl.Template, FallbackDisabled, nil
 	}
 	safe, status := p.state()
 	m := &p.mirror
@@ -84,13 +87,13 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Templ
 		m.dropRels()
 	}
 	if status == 'E' {
-		return pl.Template, FallbackFailedTransaction
+		return pl.Template, FallbackFailedTransaction, nil
 	}
 	if p.checkEpoch() == 0 {
-		return pl.Template, FallbackCatalogUnwatched
+		return pl.Template, FallbackCatalogUnwatched, nil
 	}
 	if cached, ok := m.tmpls[pl]; ok {
-		return cached, 0
+		return cached, 0, nil
 	}
 	targets := pl.Inserts.Targets
 	var missing []string
@@ -101,8 +104,7 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Templ
 	}
 	if len(missing) > 0 && safe && hiddenOK {
 		if p.onLoop() {
-			p.wouldWait = true // a hidden query waits for the server
-			return pl.Template, FallbackStateUnknown
+			return nil, 0, errHandover // a hidden query waits for the server
 		}
 		p.refresh(nil, missing)
 		if status == 'T' && m.isolation != "read committed" {
@@ -140,7 +142,7 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Templ
 		}
 		m.tmpls[pl] = t
 	}
-	return t, shim
+	return t, shim, nil
 }
 
 // relColumn is the hidden query's column for one target name: NULL unless

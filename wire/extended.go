@@ -57,21 +57,18 @@ func (p *clientPump) parse() error {
 		return p.cr.pass(p.sw) // the server reports the malformed message
 	}
 	noids := int(binary.BigEndian.Uint16(rest))
-	pl := p.cfg.Rewriter.Plan(viewString(query))
-	if pl == nil {
-		pl = plan.Passthrough
-	}
+	pl := p.plan(query)
 	var rec *stmtRec
 	if pl != plan.Passthrough {
-		rec = &stmtRec{pl: pl, base: max(pl.MaxParam, noids)}
 		// A hidden query may run now while the session is still at a safe
 		// point (the Bind that follows will not be).
 		hiddenOK := true // hidden queries leave unnamed statements and portals alone
-		t, shim := p.insertTemplate(pl, hiddenOK)
-		rec.setTemplate(t)
-		if p.mustWait() {
-			return errHandover
+		t, shim, err := p.insertTemplate(pl, hiddenOK)
+		if err != nil {
+			return p.handOver(query, pl, err)
 		}
+		rec = &stmtRec{pl: pl, base: max(pl.MaxParam, noids)}
+		rec.setTemplate(t)
 		rec.shimDefaults = shim
 		rec.gen = p.mirror.gen
 		if pl.Inserts != nil && len(name) > 0 {
@@ -79,6 +76,16 @@ func (p *clientPump) parse() error {
 			rec.types = append(make([]byte, 0, len(rest)-2), rest[2:]...)
 		}
 	}
+	ok := true
+	if rec != nil && rec.t != nil {
+		// Extension SQL, and a chance to refresh the mirror while the
+		// session is still at a safe point (the Bind that follows will not
+		// be).
+		if _, ok, err = p.values(rec.t, true, false, false); err != nil {
+			return p.handOver(query, pl, err)
+		}
+	}
+	// The Parse is handled here for good: record it.
 	if len(name) == 0 {
 		p.unnamed, p.stmtLive = rec, true
 	} else if rec != nil {
@@ -92,12 +99,6 @@ func (p *clientPump) parse() error {
 	if rec == nil || rec.t == nil {
 		p.push(owed{kind: owedParse})
 		return p.cr.pass(p.sw)
-	}
-	// Extension SQL, and a chance to refresh the mirror while the session
-	// is still at a safe point (the Bind that follows will not be).
-	_, ok := p.values(rec.t, true, false)
-	if p.mustWait() {
-		return errHandover // rec is recorded again by the pumps' Parse
 	}
 	if !ok {
 		rec.t, rec.ids, rec.types = nil, 0, nil
@@ -156,23 +157,36 @@ func (p *clientPump) bind() error {
 	portal, rest, ok1 := cstring(body)
 	stmt, rest, ok2 := cstring(rest)
 	var rec *stmtRec
-	portalWasLive := p.portalLive
-	var prevPortal *stmtRec
 	if ok1 && ok2 {
 		rec = p.stmt(stmt)
-		prevPortal = p.portal(portal)
-		p.setPortal(portal, rec, true)
 	}
-	if rec != nil && rec.types != nil && ok1 && ok2 {
+	portalWasLive := p.portalLive
+	p.idleSeen = false
+	// What may wait comes first: on a loop thread it returns errHandover
+	// before the Bind changed anything.
+	if rec != nil && rec.types != nil {
 		if err := p.revalidate(stmt, rec); err != nil {
 			return err
 		}
-		if p.mustWait() {
-			// On the event loop's thread: the pumps' Bind starts from
-			// the same portal record.
-			p.setPortal(portal, prevPortal, portalWasLive)
-			return errHandover
+	}
+	// Layout: formats (int16 n, n int16), params (int16 n, n × (int32 len,
+	// bytes)), result formats (the rest).
+	var nf, pos, fmtEnd, np, ppos, end int
+	layout := false
+	allValid := false
+	if rec != nil && rec.ids != 0 {
+		nf, pos, fmtEnd, np, ppos, end, layout = bindLayout(rest)
+		if layout {
+			if allValid, _, err = p.values(rec.t, true, true, false); err != nil {
+				return err
+			}
 		}
+	}
+	// The Bind is handled here for good. Its portal is live unless a
+	// state() above found the safe point in 'I' that ends it (as when the
+	// record came first: portal records predate the checks).
+	if ok1 && ok2 {
+		p.setPortal(portal, rec, !p.idleSeen)
 	}
 	if rec == nil || rec.ids == 0 {
 		if rec != nil {
@@ -181,37 +195,11 @@ func (p *clientPump) bind() error {
 		p.push(owed{kind: owedBind})
 		return p.cr.pass(p.sw)
 	}
-	// Layout: formats (int16 n, n int16), params (int16 n, n × (int32 len,
-	// bytes)), result formats (the rest).
-	nf, pos, ok := count16(rest, 0)
-	fmtEnd := pos + 2*nf
-	np, ppos, ok2 := count16(rest, fmtEnd)
-	if !ok || !ok2 {
-		p.push(owed{kind: owedBind})
-		return p.cr.pass(p.sw)
-	}
-	end := ppos
-	for i := 0; i < np && end >= 0; i++ {
-		if end+4 > len(rest) {
-			end = -1
-			break
-		}
-		l := int32(binary.BigEndian.Uint32(rest[end:]))
-		end += 4
-		if l > 0 {
-			end += int(l)
-		}
-	}
-	if end < 0 || end > len(rest) {
+	if !layout {
 		p.push(owed{kind: owedBind})
 		return p.cr.pass(p.sw)
 	}
 	bin := nf == 1 && binaryAt(rest, pos)
-	allValid, _ := p.values(rec.t, true, true)
-	if p.mustWait() {
-		p.setPortal(portal, prevPortal, portalWasLive)
-		return errHandover
-	}
 	left := p.noteShimSlots(rec.t)
 	p.srv.countFallback(p.executionFallback(rec.shimDefaults, left, rec.pl))
 	if allValid && rec.pl.Local != nil && len(portal) == 0 {
@@ -253,6 +241,32 @@ func (p *clientPump) setPortal(name []byte, rec *stmtRec, live bool) {
 	} else if p.portals != nil {
 		delete(p.portals, string(name))
 	}
+}
+
+// bindLayout reads the layout of a Bind body after the portal and
+// statement names: the format codes (nf of them from pos to fmtEnd), the
+// parameters (np of them from ppos to end), then the result formats. ok is
+// false when the body is malformed (the server reports it).
+func bindLayout(rest []byte) (nf, pos, fmtEnd, np, ppos, end int, ok bool) {
+	nf, pos, ok1 := count16(rest, 0)
+	fmtEnd = pos + 2*nf
+	np, ppos, ok2 := count16(rest, fmtEnd)
+	if !ok1 || !ok2 {
+		return nf, pos, fmtEnd, np, ppos, 0, false
+	}
+	end = ppos
+	for i := 0; i < np && end >= 0; i++ {
+		if end+4 > len(rest) {
+			end = -1
+			break
+		}
+		l := int32(binary.BigEndian.Uint32(rest[end:]))
+		end += 4
+		if l > 0 {
+			end += int(l)
+		}
+	}
+	return nf, pos, fmtEnd, np, ppos, end, end >= 0 && end <= len(rest)
 }
 
 // count16 reads an int16 count at off: the count and the offset after it.

@@ -14,9 +14,16 @@ import (
 // mirror is stale. It reports whether every ID slot got a value, and false
 // for ok when an extension slot has no SQL (forward the original text).
 // Without generate only the mirror and the extension SQL are prepared.
-// slotFallback is why a Nextval slot was left to the shim (0 when none
-// was refused).
-func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid, ok bool) {
+// shimming: the statement leaves INSERT defaults to the shim (the caller
+// marks it so afterwards, markShim), which keeps the fast path off as
+// while such a statement runs (fence). slotFallback is why a Nextval slot
+// was left to the shim (0 when none was refused).
+//
+// On a loop thread, where nothing may wait, err is errHandover when a
+// hidden query or the generator would have to wait: nothing was issued
+// and no record changed (the mirror's caches may have been refreshed, and
+// a due fence applied: the pump keeps both).
+func (p *clientPump) values(t *plan.Template, hiddenOK, generate, shimming bool) (allValid, ok bool, err error) {
 	if cap(p.vals) < len(t.Slots) {
 		p.vals = make([]plan.Value, len(t.Slots))
 	}
@@ -32,26 +39,26 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 			continue
 		}
 		if p.cfg.Snowflakes == nil {
-			return false, false
+			return false, false, nil
 		}
 		sql, err := p.cfg.Snowflakes.ExtensionSQL(s.Op, s.Ext)
 		if err != nil {
 			p.log.Warn("extension statement", logError, err)
-			return false, false
+			return false, false, nil
 		}
 		p.vals[i].Text = sql
 	}
 	if ids == 0 {
-		return true, true
+		return true, true, nil
 	}
 	if p.cfg.Snowflakes == nil {
 		p.slotFallback = FallbackDisabled
-		return false, true
+		return false, true, nil
 	}
 	safe, status := p.state()
 	if status == 'E' {
 		p.slotFallback = FallbackFailedTransaction
-		return false, true // the server gives its own 25P02
+		return false, true, nil // the server gives its own 25P02
 	}
 	p.checkEpoch()
 	m := &p.mirror
@@ -65,15 +72,14 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	}
 	if (!m.fresh || len(missing) > 0) && safe && hiddenOK {
 		if p.onLoop() {
-			p.wouldWait = true // a hidden query waits for the server
-			return false, true
+			return false, true, errHandover // a hidden query waits for the server
 		}
 		p.refresh(missing, nil)
 	}
 	if !generate {
-		return false, true
+		return false, true, nil
 	}
-	busy := p.fence()
+	busy := p.fence(shimming)
 	// The Nextval slots the fast path serves are issued together, as the
 	// calls of one statement at one instant (regression: one clock reading
 	// and one lease check per call let the ms move between the calls of a
@@ -98,17 +104,17 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	m.reqs = reqs
 	if len(reqs) > 0 {
 		ok, err := p.nextvals(reqs, m.node)
-		if err != nil {
-			p.log.Debug("fast path refused", logError, err)
-			p.slotFallback = p.fallbackOf(err)
-		}
 		if !ok {
 			for i := range p.vals {
 				p.vals[i].Valid = false
 			}
-			if p.wouldWait {
-				return false, true // nothing was issued: the retry starts over
-			}
+		}
+		if err == errHandover {
+			return false, true, err // nothing was issued: the pump starts over
+		}
+		if err != nil {
+			p.log.Debug("fast path refused", logError, err)
+			p.slotFallback = p.fallbackOf(err)
 		}
 	}
 	allValid = true
@@ -139,7 +145,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate bool) (allValid
 	}
 	p.srv.stats.fast.Add(uint64(k))
 	p.fastIDs = k
-	return allValid, true
+	return allValid, true, nil
 }
 
 // refusal is why the fast path may not serve a Nextval slot of sequence
@@ -164,8 +170,9 @@ func (m *mirror) refusal(info seqInfo, known bool, busy Fallback) Fallback {
 }
 
 // nextvals issues the fast-path IDs of one execution; on the event loop's
-// thread it never waits, and sets wouldWait instead when it would have to
-// (nothing is issued then). ok is false when the fast path refused them.
+// thread it never waits, and returns errHandover instead when it would
+// have to (nothing is issued then). ok is false when the fast path refused
+// them.
 func (p *clientPump) nextvals(reqs []generator.Request, node int) (ok bool, err error) {
 	if !p.onLoop() {
 		err = p.cfg.Snowflakes.NextvalBatch(p.ctx, p.db, node, reqs)
@@ -173,18 +180,9 @@ func (p *clientPump) nextvals(reqs []generator.Request, node int) (ok bool, err 
 	}
 	ok, err = p.cfg.Snowflakes.TryNextvalBatch(p.db, node, reqs)
 	if err == nil && !ok {
-		p.wouldWait = true
+		return false, errHandover
 	}
 	return ok, err
-}
-
-// mustWait reports, and clears, whether a step on the event loop's thread
-// met something it would have to wait for: the step then returns
-// errHandover before changing anything the pumps could not redo.
-func (p *clientPump) mustWait() bool {
-	w := p.wouldWait
-	p.wouldWait = false
-	return w
 }
 
 // touchFence are the touches after which the fast path fences.
@@ -203,8 +201,9 @@ const touchFence = plan.TouchShim | plan.TouchSequence
 // transaction ends, and a lease taken on a control connection would wait
 // for them while the session waits for the lease (regression: BEGIN; ALTER
 // SEQUENCE s INCREMENT 100; SELECT snowflake.nextval('s') hung). The shim
-// issues in the session itself.
-func (p *clientPump) fence() Fallback {
+// issues in the session itself. shimming counts as a statement that still
+// runs: the one being sent leaves INSERT defaults to the shim.
+func (p *clientPump) fence(shimming bool) Fallback {
 	p.sh.mu.Lock()
 	busy, due := p.sh.shimBusy, p.sh.fenceDue
 	locks := p.sh.txStatus != 'I' && p.sh.pending&(plan.TouchCatalog|plan.TouchSequence) != 0
@@ -214,7 +213,7 @@ func (p *clientPump) fence() Fallback {
 		p.cfg.Snowflakes.Fence(p.db, 0)
 	}
 	switch {
-	case busy != 0:
+	case busy != 0 || shimming:
 		return FallbackShimRunning
 	case locks:
 		return FallbackDDLInTransaction

@@ -26,7 +26,7 @@ func idSession(f *fakeSnowflakes) (*clientPump, *plan.Template) {
 func TestValuesIssueOneBatch(t *testing.T) {
 	f := &fakeSnowflakes{}
 	p, tmpl := idSession(f)
-	allValid, ok := p.values(tmpl, false, true)
+	allValid, ok, _ := p.values(tmpl, false, true, false)
 	if !allValid || !ok {
 		t.Fatalf("values: allValid %v, ok %v", allValid, ok)
 	}
@@ -53,8 +53,8 @@ func TestValuesOnLoopIssueAllOrNothing(t *testing.T) {
 	f.wait.Store(true)
 	p, tmpl := idSession(f)
 	netloop.ForceInLoop(p.rel, true)
-	if _, ok := p.values(tmpl, false, true); !ok || !p.mustWait() {
-		t.Fatalf("values on the loop with a lease pending: ok %v, want a handover", ok)
+	if _, ok, err := p.values(tmpl, false, true, false); !ok || err != errHandover {
+		t.Fatalf("values on the loop with a lease pending: ok %v, err %v; want a handover", ok, err)
 	}
 	if n := f.calls.Load(); n != 0 {
 		t.Fatalf("%d IDs issued before the handover, want 0", n)
@@ -66,7 +66,7 @@ func TestValuesOnLoopIssueAllOrNothing(t *testing.T) {
 	}
 	netloop.ForceInLoop(p.rel, false)
 	f.wait.Store(false)
-	if allValid, _ := p.values(tmpl, false, true); !allValid || f.calls.Load() != 3 {
+	if allValid, _, _ := p.values(tmpl, false, true, false); !allValid || f.calls.Load() != 3 {
 		t.Fatalf("retry: allValid %v, %d IDs issued, want 3", allValid, f.calls.Load())
 	}
 }
@@ -92,7 +92,7 @@ func TestValuesLeaveTransactionWithDDLToShim(t *testing.T) {
 			f := &fakeSnowflakes{}
 			p, tmpl := idSession(f)
 			p.sh.txStatus, p.sh.pending = tc.status, tc.pending
-			allValid, ok := p.values(tmpl, false, true)
+			allValid, ok, _ := p.values(tmpl, false, true, false)
 			if !ok || allValid != tc.fast || (f.calls.Load() == 3) != tc.fast {
 				t.Fatalf("allValid %v, ok %v, %d IDs issued; want fast path %v", allValid, ok, f.calls.Load(), tc.fast)
 			}
@@ -104,9 +104,9 @@ func TestValuesLeaveTransactionWithDDLToShim(t *testing.T) {
 // buffers are warm.
 func TestValuesAllocateNothing(t *testing.T) {
 	p, tmpl := idSession(&fakeSnowflakes{})
-	p.values(tmpl, false, true)
+	p.values(tmpl, false, true, false)
 	if n := testing.AllocsPerRun(200, func() {
-		if allValid, ok := p.values(tmpl, false, true); !allValid || !ok {
+		if allValid, ok, _ := p.values(tmpl, false, true, false); !allValid || !ok {
 			t.Fatal("fast path refused")
 		}
 	}); n != 0 {
@@ -144,7 +144,7 @@ func TestValuesNameTheFallback(t *testing.T) {
 			f := &fakeSnowflakes{}
 			p, tmpl := idSession(f)
 			tc.setup(p, f)
-			allValid, _ := p.values(tmpl, false, true)
+			allValid, _, _ := p.values(tmpl, false, true, false)
 			if allValid != (tc.want == 0) || p.slotFallback != tc.want {
 				t.Fatalf("allValid %v, fallback %v; want %v", allValid, p.slotFallback, tc.want)
 			}

@@ -21,7 +21,8 @@ import (
 // themselves.
 
 // revalidate re-prepares the named statement of rec when its template is
-// stale (see above).
+// stale (see above). On a loop thread it returns errHandover first, before
+// anything changed: the new template may need a hidden query.
 func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 	if len(name) == 0 || p.cfg.Snowflakes == nil {
 		return nil
@@ -32,10 +33,12 @@ func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 		return nil
 	}
 	if p.onLoop() {
-		p.wouldWait = true // insertTemplate may need a hidden query
-		return nil
+		return errHandover
 	}
-	t, shim := p.insertTemplate(rec.pl, true)
+	t, shim, err := p.insertTemplate(rec.pl, true)
+	if err != nil {
+		return err
+	}
 	rec.gen = p.mirror.gen
 	// Regression: the flag stayed as at Parse (catalog watch not armed
 	// yet), and every execution fenced the generator for the life of the
@@ -64,7 +67,7 @@ func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 	p.vals = p.vals[:0]
 	p.out = p.appendParse(p.out[:0], name, rec, rec.types, noids)
 	p.push(owed{kind: owedHiddenParse})
-	_, err := p.sw.Write(p.out)
+	_, err = p.sw.Write(p.out)
 	return err
 }
 

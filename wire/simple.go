@@ -18,28 +18,30 @@ func (p *clientPump) query() error {
 	if len(body) == 0 || body[len(body)-1] != 0 {
 		return protocolError("invalid string in message")
 	}
-	pl := p.cfg.Rewriter.Plan(viewString(body[:len(body)-1]))
-	if pl == nil {
-		pl = plan.Passthrough
-	}
+	text := body[:len(body)-1]
+	pl := p.plan(text)
 	// The client's own Query destroys the unnamed statement and portal, so
 	// a hidden query before it harms nothing.
-	t, shim := p.insertTemplate(pl, true)
-	if p.mustWait() {
-		return errHandover
-	}
-	if shim != 0 {
-		p.markShim()
+	t, shim, err := p.insertTemplate(pl, true)
+	if err != nil {
+		return p.handOver(text, pl, err)
 	}
 	if t == nil {
+		if shim != 0 {
+			p.markShim()
+		}
 		p.srv.countFallback(p.executionFallback(shim, false, pl))
 		p.push(owed{kind: owedQuery, stmts: pl.Statements})
 		p.forwardedQuery(pl)
 		return p.cr.pass(p.sw)
 	}
-	allValid, ok := p.values(t, true, true)
-	if p.mustWait() {
-		return errHandover
+	allValid, ok, err := p.values(t, true, true, shim != 0)
+	if err != nil {
+		return p.handOver(text, pl, err)
+	}
+	// The Query is handled here for good.
+	if shim != 0 {
+		p.markShim()
 	}
 	p.srv.countFallback(p.executionFallback(shim, p.noteShimSlots(t), pl))
 	if !ok {
