@@ -5,6 +5,7 @@ import (
 
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // values fills p.vals, one per slot of t, for one execution: generated IDs
@@ -175,6 +176,7 @@ func (m *mirror) refusal(info seqInfo, known bool, busy Fallback) Fallback {
 // them.
 func (p *clientPump) nextvals(reqs []generator.Request, node int) (ok bool, err error) {
 	if !p.onLoop() {
+		netloop.MayWait("the generator (Snowflakes.NextvalBatch)")
 		err = p.cfg.Snowflakes.NextvalBatch(p.ctx, p.db, node, reqs)
 		return err == nil, err
 	}
@@ -297,6 +299,7 @@ func (p *clientPump) refresh(names, rels []string) {
 		p.sh.hiddenActive.Store(false)
 		return
 	}
+	netloop.MayWait("a hidden query's response")
 	select {
 	case <-p.sh.hqDone:
 	case <-p.ctx.Done():

@@ -23,7 +23,9 @@
 //   - park.go: ErrHandover, ErrWantLoop, and the parking that brings a
 //     session back to its loop.
 //   - debug.go, debug_on.go, debug_off.go: the loop-thread check
-//     (MayWait); testing.go: ForceInLoop, for tests of steps.
+//     (MayWait); testing.go, testing_linux.go, testing_other.go:
+//     ForceInLoop and CallOnLoopThread, for tests of steps and of the
+//     check.
 //
 // # A session's states
 //

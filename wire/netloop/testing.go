@@ -6,8 +6,12 @@ import "testing"
 // loop, for tests of steps that must not wait there. It panics outside
 // test binaries.
 func ForceInLoop(r *Relay, on bool) {
-	if !testing.Testing() {
-		panic("netloop: ForceInLoop outside a test")
-	}
+	mustTest("ForceInLoop")
 	r.inLoop.Store(on)
+}
+
+func mustTest(what string) {
+	if !testing.Testing() {
+		panic("netloop: " + what + " outside a test")
+	}
 }

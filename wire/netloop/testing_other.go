@@ -1,0 +1,11 @@
+//go:build !linux
+
+package netloop
+
+import "errors"
+
+// CallOnLoopThread fails here: no event loop on this system.
+func CallOnLoopThread(func()) (any, error) {
+	mustTest("CallOnLoopThread")
+	return nil, errors.New("no event loop on this system")
+}
