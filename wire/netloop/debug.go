@@ -1,7 +1,6 @@
 package netloop
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,21 +15,22 @@ import (
 // is a load of this flag and a branch.
 var debug = testing.Testing() || debugTag
 
-// loopThreads holds the goroutine ids of the running loop threads (debug
+// loopThreads holds the OS thread ids of the running loop threads (debug
 // only); loopCount how many there are, so that MayWait looks no further
-// while there is none.
+// while there is none. A loop goroutine is locked to its thread, and no
+// other goroutine runs there meanwhile: the thread tells the goroutine.
 var (
-	loopThreads sync.Map // uint64 -> struct{}
+	loopThreads sync.Map // int -> struct{}
 	loopCount   atomic.Int32
 )
 
-// enterLoopThread records the calling goroutine as a loop thread until
-// the returned function runs.
+// enterLoopThread records the calling goroutine, locked to its thread, as
+// a loop thread until the returned function runs.
 func enterLoopThread() (leave func()) {
 	if !debug {
 		return func() {}
 	}
-	id := goid()
+	id := threadID()
 	loopThreads.Store(id, struct{}{})
 	loopCount.Add(1)
 	return func() {
@@ -58,21 +58,6 @@ func onLoopThread() bool {
 	if loopCount.Load() == 0 {
 		return false
 	}
-	_, ok := loopThreads.Load(goid())
+	_, ok := loopThreads.Load(threadID())
 	return ok
-}
-
-// goid returns the calling goroutine's id, from the first line of its
-// stack trace ("goroutine 123 [running]:"). Slow: debug builds only.
-func goid() uint64 {
-	var b [64]byte
-	n := runtime.Stack(b[:], false)
-	var id uint64
-	for _, c := range b[len("goroutine "):n] {
-		if c < '0' || c > '9' {
-			break
-		}
-		id = id*10 + uint64(c-'0')
-	}
-	return id
 }

@@ -300,3 +300,9 @@ func shutdownFD(fd int, readOnly bool) {
 	}
 	_ = syscall.Shutdown(fd, how)
 }
+
+// threadID is the calling thread's id (gettid), for the loop-thread check.
+func threadID() int {
+	r, _, _ := syscall.RawSyscall(syscall.SYS_GETTID, 0, 0, 0)
+	return int(r)
+}

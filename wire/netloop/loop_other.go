@@ -40,3 +40,6 @@ func (r *Relay) Leave() ([2]net.Conn, error) {
 }
 
 func shutdownFD(int, bool) {}
+
+// threadID is 0 here: there is no loop thread to tell apart.
+func threadID() int { return 0 }
