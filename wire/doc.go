@@ -13,7 +13,10 @@
 //     client leaves running; cancel.go: CancelRequests (sendCancel is the
 //     one place that dials the upstream for a cancel).
 //   - session.go: one session per client connection; its goroutine runs
-//     startup, then the two pumps, and waits for both.
+//     startup, then the two pumps, and waits for both; shared.go: the
+//     state both pumps and the session touch, under its locks. Who owns
+//     what, the lock order and the event loop's states:
+//     docs/session.md.
 //   - startup.go, tls.go, cancel.go, auth.go: the startup phase;
 //     startupnode.go: snowflake.node set by the client's startup packet.
 //   - client.go (client → server) and relay.go (server → client): the pumps.
