@@ -1,6 +1,6 @@
 // Package compat makes a stock PostgreSQL speak the pgEdge snowflake API.
 //
-// It owns five things:
+// It owns four things:
 //
 //   - the shim (shim.go, sql/*.sql): the whole SQL API of the extension
 //     written in SQL and PL/pgSQL, installed by CREATE EXTENSION snowflake
@@ -24,13 +24,11 @@
 //   - --node auto (autonode.go): ClaimNode takes a node no live proxy of
 //     the server holds, in snowflake_proxy.node_claims of the control
 //     database, keeps it with a heartbeat, and frees a crashed proxy's
-//     node only once its last lease has expired (design in autonode.go);
-//   - the catalog knowledge of a proxy session (sessionstate.go): the
-//     query a session runs on its own server connection to learn its node,
-//     transaction state, role, the shim, how sequence names resolve and
-//     which columns of INSERT targets default to snowflake.nextval, and
-//     the decoding of its row into typed results (StateQuery,
-//     SessionState); wire sends it and hands the row back.
+//     node only once its last lease has expired (design in autonode.go).
+//
+// Its subpackage catalog holds the catalog knowledge of a proxy session
+// (the query a session runs on its own server connection, and its typed
+// decoding), apart so that wire can use it.
 //
 // Service (service.go) ties them together and implements wire.Snowflakes
 // and wire.FallbackClassifier (why the fast path refused, for metrics);

@@ -1,8 +1,9 @@
 package wire
 
 import (
-	"encoding/json"
 	"strconv"
+
+	"github.com/snowflake-proxy/snowflake-proxy/compat/catalog"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
@@ -145,94 +146,24 @@ func (p *clientPump) insertTemplate(pl *plan.Plan, hiddenOK bool) (t *plan.Templ
 	return t, shim, nil
 }
 
-// relColumn is the hidden query's column for one target name: NULL unless
-// the name resolves to a table or partitioned table (the target's own
-// defaults apply to an INSERT into a partitioned table), else a JSON object
-// {"t": INSERT on the whole table, "c": [column, ...] or null} where each
-// column whose default is exactly a call of snowflake.nextval(regclass)
-// with no argument or a regclass constant is [attname, quoted attname,
-// position, sequence OID, sequence name, USAGE or UPDATE on it, INSERT on
-// the column, the sequence's INCREMENT].
-//
-// The default's shape is read from the stored node tree (adbin), whose
-// text form has been stable across PostgreSQL releases; a cast, a domain,
-// a dynamic argument or any other expression does not match and stays with
-// the server. The sequence is the default's regclass constant, found
-// through pg_depend (a constant records a dependency on its relation), or
-// for a call without argument the function's own default (pg_depend of the
-// function). The regular expressions hold no backslash or quote, so the
-// text is valid whatever standard_conforming_strings says.
-const (
-	relColumnHead = ", (SELECT pg_catalog.json_build_object('t', pg_catalog.has_table_privilege(c.oid, 'INSERT'), 'c', " +
-		"(SELECT pg_catalog.json_agg(pg_catalog.json_build_array(a.attname, pg_catalog.quote_ident(a.attname), " +
-		"(SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute b WHERE b.attrelid = a.attrelid AND b.attnum > 0 AND b.attnum < a.attnum AND NOT b.attisdropped), " +
-		"s.oid::pg_catalog.int8, pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(s.relname), " +
-		"pg_catalog.has_sequence_privilege(s.oid, 'USAGE') OR pg_catalog.has_sequence_privilege(s.oid, 'UPDATE'), " +
-		"pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'INSERT'), " +
-		"(SELECT q.seqincrement FROM pg_catalog.pg_sequence q WHERE q.seqrelid = s.oid)) ORDER BY a.attnum) " +
-		"FROM pg_catalog.pg_attrdef d " +
-		"JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum AND NOT a.attisdropped AND a.attgenerated = '' " +
-		"JOIN pg_catalog.pg_proc f ON f.oid = pg_catalog.to_regprocedure('snowflake.nextval(pg_catalog.regclass)') AND pg_catalog.has_function_privilege(f.oid, 'EXECUTE') " +
-		"JOIN pg_catalog.pg_class s ON s.relkind = 'S' AND s.oid = CASE " +
-		"WHEN d.adbin::text OPERATOR(pg_catalog.~) ('^[{]FUNCEXPR :funcid ' OPERATOR(pg_catalog.||) f.oid OPERATOR(pg_catalog.||) ' [^{}]* :args <> :location -?[0-9]+[}]$') " +
-		"THEN (SELECT dp.refobjid FROM pg_catalog.pg_depend dp WHERE dp.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND dp.objid = f.oid " +
-		"AND dp.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass LIMIT 1) " +
-		"WHEN d.adbin::text OPERATOR(pg_catalog.~) ('^[{]FUNCEXPR :funcid ' OPERATOR(pg_catalog.||) f.oid OPERATOR(pg_catalog.||) " +
-		"' [^{}]* :args [(][{]CONST :consttype 2205 [^{}]* :constisnull false [^{}]*[}][)] :location -?[0-9]+[}]$') " +
-		"THEN (SELECT dp.refobjid FROM pg_catalog.pg_depend dp WHERE dp.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND dp.objid = d.oid " +
-		"AND dp.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND dp.refobjid <> d.adrelid LIMIT 1) END " +
-		"JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace " +
-		"WHERE d.adrelid = c.oid)) " +
-		"FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') AND c.oid = pg_catalog.to_regclass("
-	relColumnTail = "))"
-)
-
-// appendRelColumn appends the hidden query's column for target name.
-func appendRelColumn(dst []byte, name string) []byte {
-	dst = append(dst, relColumnHead...)
-	dst = appendLiteral(dst, name)
-	return append(dst, relColumnTail...)
-}
-
-// applyRel records the hidden query's answer for target name (nil: SQL
-// NULL), and the resolution of each default's sequence for ids.go. It
-// reports false for an answer it cannot read.
-func (m *mirror) applyRel(name string, v *string) bool {
+// applyRel records what the hidden query says of target name, and the
+// resolution of each default's sequence for ids.go.
+func (m *mirror) applyRel(name string, t catalog.TargetState) {
 	if m.rels == nil {
 		m.rels = map[string]relInfo{}
 	}
-	if v == nil {
-		m.rels[name] = relInfo{}
-		return true
-	}
-	var r struct {
-		T bool                `json:"t"`
-		C [][]json.RawMessage `json:"c"`
-	}
-	if err := json.Unmarshal([]byte(*v), &r); err != nil {
-		return false
-	}
 	var info relInfo
-	for _, c := range r.C {
-		var d plan.ColumnDefault
-		var oid uint32
-		var usable bool
-		var inc int64
-		if len(c) != 8 || json.Unmarshal(c[0], &d.Name) != nil || json.Unmarshal(c[1], &d.Quoted) != nil ||
-			json.Unmarshal(c[2], &d.Position) != nil || json.Unmarshal(c[3], &oid) != nil ||
-			json.Unmarshal(c[4], &d.Seq) != nil || json.Unmarshal(c[5], &usable) != nil ||
-			json.Unmarshal(c[6], &d.Insertable) != nil || json.Unmarshal(c[7], &inc) != nil {
-			return false
-		}
-		d.AllInsertable = r.T
-		// The fallback call names the sequence by OID: exactly the default's.
-		d.Arg = "'" + strconv.FormatUint(uint64(oid), 10) + "'::pg_catalog.regclass"
-		info.defs = append(info.defs, d)
+	for _, c := range t.Defaults {
+		info.defs = append(info.defs, plan.ColumnDefault{
+			Name: c.Name, Quoted: c.Quoted, Position: c.Position, Seq: c.Seq,
+			Insertable: c.Insertable, AllInsertable: t.AllInsertable,
+			// The fallback call names the sequence by OID: exactly the default's.
+			Arg: "'" + strconv.FormatUint(uint64(c.SeqOID), 10) + "'::pg_catalog.regclass",
+		})
 		if m.seqs == nil {
 			m.seqs = map[string]seqInfo{}
 		}
-		m.seqs[d.Seq] = seqInfo{oid: oid, usable: usable, inc: inc}
+		m.seqs[c.Seq] = seqInfo{oid: c.SeqOID, usable: c.SeqUsable, inc: c.Increment}
 	}
 	m.rels[name] = info
-	return true
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/snowflake-proxy/snowflake-proxy/compat/catalog"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
@@ -34,19 +35,21 @@ func TestRelColumnOnTheServer(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 	rels := []string{`"t"`, `"public"."p"`, `"v"`, `"missing"`}
-	row := make([]*string, hqFixed+len(rels))
+	q := catalog.StateQuery{Targets: rels}
+	row := make([]*string, q.Columns())
 	ptrs := make([]any, len(row))
 	for i := range row {
 		ptrs[i] = &row[i]
 	}
-	sql := string(mirrorSQL(nil, nil, rels))
-	if err := conn.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(ptrs...); err != nil {
+	if err := conn.QueryRow(ctx, string(q.AppendSQL(nil)), pgx.QueryExecModeSimpleProtocol).Scan(ptrs...); err != nil {
 		t.Fatalf("hidden query: %v", err)
 	}
-	var m mirror
-	if !m.apply(row, nil, rels) {
-		t.Fatalf("apply refused the hidden query's row %v", deref(row))
+	st, err := q.Decode(row)
+	if err != nil {
+		t.Fatalf("decode of the hidden query's row %v: %v", deref(row), err)
 	}
+	var m mirror
+	m.apply(st, nil, rels)
 	var s1, idSeq uint32
 	if err := conn.QueryRow(ctx, "SELECT 's1'::regclass::oid, 'snowflake.id_seq'::regclass::oid").Scan(&s1, &idSeq); err != nil {
 		t.Fatal(err)

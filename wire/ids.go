@@ -2,6 +2,9 @@ package wire
 
 import (
 	"encoding/binary"
+	"fmt"
+
+	"github.com/snowflake-proxy/snowflake-proxy/compat/catalog"
 
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
@@ -269,7 +272,8 @@ func (p *clientPump) refresh(names, rels []string) {
 	var start int
 	p.out, start = appendHeader(p.out[:0], 'P')
 	p.out = append(p.out, hiddenName...)
-	p.out = mirrorSQL(p.out, names, rels)
+	q := catalog.StateQuery{Sequences: names, Targets: rels}
+	p.out = q.AppendSQL(p.out)
 	p.out = append(p.out, 0, 0, 0) // end of text, no parameter types
 	p.out = finishMsg(p.out, start)
 	p.out, start = appendHeader(p.out, 'B')
@@ -307,11 +311,20 @@ func (p *clientPump) refresh(names, rels []string) {
 	}
 	p.srv.stats.hidden.Add(1)
 	hq := &p.sh.hq
-	if hq.err != nil || hq.fail != "" || hq.rows != 1 || !p.mirror.apply(hq.row, names, rels) {
-		p.log.Warn("mirror query failed", logError, hq.err, "sqlstate", hq.fail)
+	err = hq.err
+	if err == nil && hq.fail == "" && hq.rows != 1 {
+		err = fmt.Errorf("%d rows", hq.rows)
+	}
+	var st catalog.SessionState
+	if err == nil && hq.fail == "" {
+		st, err = q.Decode(hq.row)
+	}
+	if err != nil || hq.fail != "" {
+		p.log.Warn("mirror query failed", logError, err, "sqlstate", hq.fail)
 		p.mirror.fresh = false
 		return
 	}
+	p.mirror.apply(st, names, rels)
 	p.notePooler()
 }
 

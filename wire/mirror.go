@@ -1,9 +1,7 @@
 package wire
 
 import (
-	"strconv"
-	"strings"
-
+	"github.com/snowflake-proxy/snowflake-proxy/compat/catalog"
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
@@ -67,102 +65,24 @@ type hiddenQuery struct {
 	fail string // SQLSTATE of an ErrorResponse, if any
 }
 
-// Columns of the hidden mirror query before the per-sequence ones.
-const (
-	hqNode = iota
-	hqReadOnly
-	hqRole
-	hqShim
-	hqIsolation
-	hqPID
-	hqFixed
-)
-
-// seqCols are the columns of the hidden query per sequence name.
-var seqCols = [...]string{"c.oid", "c.relkind",
-	"CASE WHEN c.relkind = 'S' THEN pg_catalog.has_sequence_privilege(c.oid, 'USAGE') OR pg_catalog.has_sequence_privilege(c.oid, 'UPDATE') END",
-	"(SELECT s.seqincrement FROM pg_catalog.pg_sequence s WHERE s.seqrelid = c.oid)"}
-
-// mirrorSQL builds the hidden query: the settings, then four columns per
-// sequence name (oid, relkind, privilege, increment), then one per INSERT
-// target name
-// (defaults.go). Every function is qualified with pg_catalog so the
-// client's search_path cannot redirect it, and nothing in it can raise for
-// names the rewriter validated.
-func mirrorSQL(dst []byte, names, rels []string) []byte {
-	dst = append(dst, "SELECT pg_catalog.current_setting('snowflake.node', true), "+
-		"pg_catalog.current_setting('transaction_read_only'), current_user, "+
-		"EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "+
-		"WHERE n.nspname = 'snowflake' AND p.proname = '_currval'), "+
-		"pg_catalog.current_setting('transaction_isolation'), pg_catalog.pg_backend_pid()"...)
-	for _, name := range names {
-		for _, col := range seqCols {
-			dst = append(dst, ", (SELECT "+col+" FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass("...)
-			dst = appendLiteral(dst, name)
-			dst = append(dst, "))"...)
-		}
-	}
-	for _, name := range rels {
-		dst = appendRelColumn(dst, name)
-	}
-	return dst
-}
-
-// appendLiteral quotes s as a string literal valid whatever
-// standard_conforming_strings says.
-func appendLiteral(dst []byte, s string) []byte {
-	if strings.ContainsRune(s, '\\') {
-		dst = append(dst, 'E')
-	}
-	dst = append(dst, '\'')
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\'':
-			dst = append(dst, '\'', '\'')
-		case '\\':
-			dst = append(dst, '\\', '\\')
-		default:
-			dst = append(dst, s[i])
-		}
-	}
-	return append(dst, '\'')
-}
-
-// apply reads the result of mirrorSQL(names, rels).
-func (m *mirror) apply(row []*string, names, rels []string) bool {
-	if len(row) != hqFixed+len(seqCols)*len(names)+len(rels) {
-		return false
-	}
-	get := func(i int) string {
-		if row[i] == nil {
-			return ""
-		}
-		return *row[i]
-	}
-	m.node, _ = strconv.Atoi(get(hqNode))
-	m.readOnly = get(hqReadOnly) != "off"
-	m.role = get(hqRole)
-	m.shim = get(hqShim) == "t"
-	m.isolation = get(hqIsolation)
-	pid, _ := strconv.ParseUint(get(hqPID), 10, 32)
-	m.pid = uint32(pid)
+// apply records the answer to the hidden query of names (sequence names)
+// and rels (INSERT target names), decoded by package catalog.
+func (m *mirror) apply(st catalog.SessionState, names, rels []string) {
+	m.node = st.Node
+	m.readOnly = st.ReadOnly
+	m.role = st.Role
+	m.shim = st.Shim
+	m.isolation = st.Isolation
+	m.pid = st.BackendPID
 	m.fresh = true
 	if m.seqs == nil {
 		m.seqs = map[string]seqInfo{}
 	}
 	for i, name := range names {
-		c := hqFixed + len(seqCols)*i
-		oid, _ := strconv.ParseUint(get(c), 10, 32)
-		inc, err := strconv.ParseInt(get(c+3), 10, 64)
-		if get(c+1) != "S" {
-			oid = 0 // a relation, but no sequence: nothing to serve
-		}
-		m.seqs[name] = seqInfo{oid: uint32(oid), usable: oid != 0 && get(c+2) == "t" && err == nil, inc: inc}
+		s := st.Sequences[i]
+		m.seqs[name] = seqInfo{oid: s.OID, usable: s.Usable, inc: s.Increment}
 	}
 	for i, name := range rels {
-		if !m.applyRel(name, row[hqFixed+len(seqCols)*len(names)+i]) {
-			return false
-		}
+		m.applyRel(name, st.Targets[i])
 	}
-	return true
 }

@@ -1,4 +1,4 @@
-package compat
+package catalog
 
 import (
 	"encoding/json"

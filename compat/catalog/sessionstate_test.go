@@ -1,6 +1,7 @@
-package compat
+package catalog_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -9,26 +10,57 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snowflake-proxy/snowflake-proxy/compat"
+	"github.com/snowflake-proxy/snowflake-proxy/compat/catalog"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctxT(t), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func mustExec(t *testing.T, c *pgx.Conn, sql string) {
+	t.Helper()
+	if _, err := c.Exec(ctxT(t), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
 
 var updateState = flag.Bool("update", false, "record testdata/state/*.json from a real server")
 
 // stateFixture is one recorded answer of the session state query: the
 // query, the row a real server gave, and what Decode must make of it.
 type stateFixture struct {
-	Query StateQuery
+	Query catalog.StateQuery
 	Row   []*string
-	Want  SessionState
+	Want  catalog.SessionState
 }
 
 // stateCase is a session set up on a real server and the query it runs.
 type stateCase struct {
 	name  string
 	setup []string // run on the session before the query, in order
-	query StateQuery
-	check func(t *testing.T, st SessionState, oids map[string]uint32)
+	query catalog.StateQuery
+	check func(t *testing.T, st catalog.SessionState, oids map[string]uint32)
 }
 
 func stateCases() []stateCase {
@@ -37,12 +69,12 @@ func stateCases() []stateCase {
 	return []stateCase{{
 		name:  "owner",
 		setup: []string{"SET snowflake.node = 7"},
-		query: StateQuery{Sequences: seqs, Targets: targets},
-		check: func(t *testing.T, st SessionState, oids map[string]uint32) {
+		query: catalog.StateQuery{Sequences: seqs, Targets: targets},
+		check: func(t *testing.T, st catalog.SessionState, oids map[string]uint32) {
 			if st.Node != 7 || st.ReadOnly || !st.Shim || st.Isolation != "read committed" || st.BackendPID == 0 || st.Role != "postgres" {
 				t.Errorf("settings = %+v", st)
 			}
-			want := []SequenceState{
+			want := []catalog.SequenceState{
 				{OID: oids["s1"], Usable: true, Increment: 100},
 				{OID: oids["s2"], Usable: true, Increment: 1},
 				{}, // a table: no sequence
@@ -57,10 +89,10 @@ func stateCases() []stateCase {
 				t.Fatalf("t = %+v: want a table with two snowflake defaults (casts, dynamic arguments, expressions and pg_catalog.nextval do not qualify)", tt)
 			}
 			id, id2 := tt.Defaults[0], tt.Defaults[1]
-			if id != (ColumnDefault{Name: "id", Quoted: "id", Position: 1, SeqOID: oids["snowflake.id_seq"], Seq: "snowflake.id_seq", SeqUsable: true, Insertable: true, Increment: 1}) {
+			if id != (catalog.ColumnDefault{Name: "id", Quoted: "id", Position: 1, SeqOID: oids["snowflake.id_seq"], Seq: "snowflake.id_seq", SeqUsable: true, Insertable: true, Increment: 1}) {
 				t.Errorf("t.id = %+v", id)
 			}
-			if id2 != (ColumnDefault{Name: "Id2", Quoted: `"Id2"`, Position: 2, SeqOID: oids["s1"], Seq: "public.s1", SeqUsable: true, Insertable: true, Increment: 100}) {
+			if id2 != (catalog.ColumnDefault{Name: "Id2", Quoted: `"Id2"`, Position: 2, SeqOID: oids["s1"], Seq: "public.s1", SeqUsable: true, Insertable: true, Increment: 100}) {
 				t.Errorf("t.Id2 = %+v", id2)
 			}
 			if p := st.Targets[1]; !p.Table || len(p.Defaults) != 1 || p.Defaults[0].Name != "id" {
@@ -73,13 +105,13 @@ func stateCases() []stateCase {
 	}, {
 		name:  "state_reader",
 		setup: []string{"SET ROLE state_reader", "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"},
-		query: StateQuery{Sequences: seqs[:2], Targets: targets[:1]},
-		check: func(t *testing.T, st SessionState, oids map[string]uint32) {
+		query: catalog.StateQuery{Sequences: seqs[:2], Targets: targets[:1]},
+		check: func(t *testing.T, st catalog.SessionState, oids map[string]uint32) {
 			if st.Node != 0 || !st.ReadOnly || st.Role != "state_reader" || st.Isolation != "repeatable read" {
 				t.Errorf("settings = %+v", st)
 			}
 			// USAGE on s1 only.
-			want := []SequenceState{{OID: oids["s1"], Usable: true, Increment: 100}, {OID: oids["s2"], Increment: 1}}
+			want := []catalog.SequenceState{{OID: oids["s1"], Usable: true, Increment: 100}, {OID: oids["s2"], Increment: 1}}
 			if !reflect.DeepEqual(st.Sequences, want) {
 				t.Errorf("sequences = %+v, want %+v", st.Sequences, want)
 			}
@@ -100,9 +132,14 @@ func stateCases() []stateCase {
 // settings. With -update it records the rows and answers as the fixtures
 // of TestStateFixtures.
 func TestStateQueryOnTheServer(t *testing.T) {
-	url := newDB(t)
+	srv := pgtest.Shared(t)
+	url := srv.URL(pgtest.NewDatabase(t, srv))
 	c := connect(t, url)
-	install(t, c)
+	shim, err := compat.ExtensionSQL(plan.CreateExtension, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, shim)
 	mustExec(t, c, `
 		CREATE SEQUENCE s1 INCREMENT 100;
 		CREATE SEQUENCE s2;
@@ -124,7 +161,11 @@ func TestStateQueryOnTheServer(t *testing.T) {
 	})
 	oids := map[string]uint32{}
 	for _, name := range []string{"s1", "s2", "snowflake.id_seq"} {
-		oids[name] = uint32(queryInt(t, c, "SELECT $1::regclass::oid::int8", name))
+		var oid int64
+		if err := c.QueryRow(ctxT(t), "SELECT $1::regclass::oid::int8", name).Scan(&oid); err != nil {
+			t.Fatal(err)
+		}
+		oids[name] = uint32(oid)
 	}
 	for _, tc := range stateCases() {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,10 +241,10 @@ func TestStateFixtures(t *testing.T) {
 
 func strp(s string) *string { return &s }
 
-// Rows that are not an answer to the query are refused with ErrStateRow,
+// Rows that are not an answer to the query are refused with catalog.ErrStateRow,
 // never half-read.
 func TestStateDecodeRefusesMalformedRows(t *testing.T) {
-	q := StateQuery{Sequences: []string{`"s"`}, Targets: []string{`"t"`}}
+	q := catalog.StateQuery{Sequences: []string{`"s"`}, Targets: []string{`"t"`}}
 	fixed := []*string{strp("7"), strp("off"), strp("postgres"), strp("t"), strp("read committed"), strp("4242")}
 	row := func(seq, target *string) []*string { return append(append([]*string{}, fixed...), seq, target) }
 	okSeq := strp(`{"oid": 16384, "kind": "S", "usable": true, "increment": 1}`)
@@ -230,8 +271,8 @@ func TestStateDecodeRefusesMalformedRows(t *testing.T) {
 		{"negative position", row(okSeq, strp(`{"insert": true, "columns": [`+strings.Replace(okCol, `"position": 0`, `"position": -1`, 1)+`]}`))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if st, err := q.Decode(tc.row); !errors.Is(err, ErrStateRow) {
-				t.Fatalf("decoded %+v, %v; want ErrStateRow", st, err)
+			if st, err := q.Decode(tc.row); !errors.Is(err, catalog.ErrStateRow) {
+				t.Fatalf("decoded %+v, %v; want catalog.ErrStateRow", st, err)
 			}
 		})
 	}
@@ -246,8 +287,8 @@ func TestAppendLiteral(t *testing.T) {
 		``:        `''`,
 		`"Ü"."ß"`: `'"Ü"."ß"'`,
 	} {
-		if got := string(AppendLiteral(nil, in)); got != want {
-			t.Errorf("AppendLiteral(%q) = %s, want %s", in, got, want)
+		if got := string(catalog.AppendLiteral(nil, in)); got != want {
+			t.Errorf("catalog.AppendLiteral(%q) = %s, want %s", in, got, want)
 		}
 	}
 }
@@ -261,7 +302,7 @@ func FuzzStateDecode(f *testing.F) {
 		`{"insert": true, "columns": [{"name": "id", "quoted": "id", "position": 0, "seq_oid": 16384, "seq": "public.s", "seq_usable": true, "insertable": true, "increment": 1}]}`)
 	f.Add("\x00on\x00r\x00f\x00serializable\x001\x00\x00")
 	f.Add("1\x00off\x00u\x00t\x00x\x002\x00{\"oid\":1,\"kind\":\"r\"}\x00{\"insert\":false,\"columns\":null}")
-	q := StateQuery{Sequences: []string{`"s"`}, Targets: []string{`"t"`}}
+	q := catalog.StateQuery{Sequences: []string{`"s"`}, Targets: []string{`"t"`}}
 	f.Fuzz(func(t *testing.T, in string) {
 		parts := strings.Split(in, "\x00")
 		row := make([]*string, len(parts))
@@ -272,8 +313,8 @@ func FuzzStateDecode(f *testing.F) {
 		}
 		st, err := q.Decode(row)
 		if err != nil {
-			if !errors.Is(err, ErrStateRow) {
-				t.Fatalf("error %v does not wrap ErrStateRow", err)
+			if !errors.Is(err, catalog.ErrStateRow) {
+				t.Fatalf("error %v does not wrap catalog.ErrStateRow", err)
 			}
 			return
 		}
