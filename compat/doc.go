@@ -40,10 +40,11 @@
 // late, the fast path's), a hidden per-(sequence, node) high-water sequence
 // created only by _lease holds the top of that node's leases, the two
 // paths share each millisecond by count (the generator below 3072, the
-// shim above while a lease may be live), and a per-sequence advisory lock
-// serialises the shim's nextval with _lease. clock.go holds the
-// generator's clock back to the server's, so that a session's shim IDs
-// follow its fast-path IDs.
+// shim above while a lease may be live), and a per-sequence row lock on a
+// private table (sql/locks.sql), which no role without privileges can
+// take or hold, serialises the shim's nextval with _lease. clock.go holds
+// the generator's clock back to the server's, so that a session's shim
+// IDs follow its fast-path IDs.
 //
 // Known differences from the C extension, with their reasons:
 //
@@ -61,5 +62,8 @@
 //     a snowflake cannot store one (convert_sequence_to_snowflake fixes
 //     that, as the extension's 2.5 does);
 //   - convert_sequence_to_snowflake clears an identity flag in pg_attribute
-//     as the extension does, which needs a superuser.
+//     as the extension does, which needs a superuser;
+//   - each shim call consumes a transaction id (the subtransaction that
+//     holds its lock), where the extension's nextval consumes none beyond
+//     its transaction's own (docs/state-model.md, "The lock").
 package compat

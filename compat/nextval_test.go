@@ -238,44 +238,59 @@ func TestShimConcurrency(t *testing.T) {
 	}
 }
 
-// A statement timeout or a cancel must never leave the shim's session
-// advisory lock behind: the next nextval of any session would block forever.
+// A statement timeout or a cancel must never leave the shim's lock behind:
+// the next nextval of any session, and every lease, would wait for it.
+// The lock's subtransaction is rolled back wherever the call stops.
 func TestNoLockLeftOnCancel(t *testing.T) {
-	url := newDB(t)
-	c := connect(t, url)
-	install(t, c)
-	mustExec(t, c, "CREATE SEQUENCE s")
-	mustExec(t, c, "SET snowflake.node = 1")
-	seqOID := queryInt(t, c, "SELECT 's'::regclass::oid::int8")
-	victim := connect(t, url)
-	mustExec(t, victim, "SET snowflake.node = 1")
-	vpid := queryInt(t, victim, "SELECT pg_backend_pid()")
-	held := func() int64 {
-		return queryInt(t, c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1", vpid)
-	}
+	for _, window := range []bool{false, true} {
+		t.Run(fmt.Sprintf("window=%v", window), func(t *testing.T) {
+			t.Parallel()
+			url, c, db, oid := shimDB(t)
+			if !window {
+				closeLockWindow(t, c)
+			}
+			mustExec(t, c, "SET snowflake.node = 1")
+			victim := connect(t, url)
+			mustExec(t, victim, "SET snowflake.node = 1")
+			vpid := queryInt(t, victim, "SELECT pg_backend_pid()")
+			st := leaseStore(t, url)
+			// Nothing left: another session's call and a lease go through,
+			// and the victim holds no lock.
+			free := func(what string) {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				var id int64
+				if err := c.QueryRow(ctx, "SELECT snowflake.nextval('s')").Scan(&id); err != nil {
+					t.Fatalf("%s: nextval of another session: %v", what, err)
+				}
+				if _, err := st.Lease(ctx, generator.Key{Database: db, Seq: oid, Node: 1}, 0, 1, 0); err != nil {
+					t.Fatalf("%s: lease: %v", what, err)
+				}
+				if n := queryInt(t, c, "SELECT count(*) FROM pg_locks WHERE pid = $1", vpid); n != 0 {
+					t.Fatalf("%s: the victim holds %d locks", what, n)
+				}
+			}
 
-	// 1. Cancelled while waiting for the lock.
-	mustExec(t, c, "SELECT pg_advisory_lock($1)", int64(0x5346)<<32|seqOID)
-	mustExec(t, victim, "SET statement_timeout = '100ms'")
-	wantErr(t, pgErr(t, victim, "SELECT snowflake.nextval('s')"), "57014", "canceling statement due to statement timeout")
-	mustExec(t, c, "SELECT pg_advisory_unlock_all()")
-	if n := held(); n != 0 {
-		t.Fatalf("waiting: %d advisory locks left", n)
-	}
+			// 1. Cancelled while waiting for the lock.
+			end := holdSlot(t, url, oid)
+			mustExec(t, victim, "SET statement_timeout = '100ms'")
+			wantErr(t, pgErr(t, victim, "SELECT snowflake.nextval('s')"), "57014", "canceling statement due to statement timeout")
+			end(false)
+			free("cancelled while waiting")
 
-	// 2. Cancelled at arbitrary points of a long run of calls, many times.
-	for i := 0; i < 20; i++ {
-		mustExec(t, victim, fmt.Sprintf("SET statement_timeout = '%dms'", 20+i*7))
-		pe := pgErr(t, victim, "SELECT count(snowflake.nextval('s')) FROM generate_series(1, 10000000)")
-		if pe.Code != "57014" {
-			t.Fatalf("got %s %s", pe.Code, pe.Message)
-		}
-		if n := held(); n != 0 {
-			t.Fatalf("run %d: %d advisory locks left", i, n)
-		}
+			// 2. Cancelled at arbitrary points of a long run of calls, many
+			// times.
+			for i := 0; i < 20; i++ {
+				mustExec(t, victim, fmt.Sprintf("SET statement_timeout = '%dms'", 20+i*7))
+				pe := pgErr(t, victim, "SELECT count(snowflake.nextval('s')) FROM generate_series(1, 10000000)")
+				if pe.Code != "57014" {
+					t.Fatalf("got %s %s", pe.Code, pe.Message)
+				}
+				free(fmt.Sprintf("run %d", i))
+			}
+			mustExec(t, victim, "RESET statement_timeout")
+			queryInt(t, victim, "SELECT snowflake.nextval('s')")
+		})
 	}
-	mustExec(t, victim, "RESET statement_timeout")
-	// And the sequence still works for everyone.
-	queryInt(t, c, "SELECT snowflake.nextval('s')")
-	queryInt(t, victim, "SELECT snowflake.nextval('s')")
 }

@@ -39,6 +39,7 @@ func stripHeader(s string) string {
 }
 
 var (
+	locksSQL       = mustRead("locks.sql")
 	functionsSQL   = mustRead("functions.sql")
 	eventsSQL      = mustRead("events.sql")
 	installSQL     = mustRead("install.sql")
@@ -57,6 +58,7 @@ func ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {
 		opts = &plan.ExtensionOptions{}
 	}
 	r := strings.NewReplacer(
+		"{{LOCKS}}", locksSQL,
 		"{{FUNCTIONS}}", functionsSQL,
 		"{{EVENT_TRIGGERS}}", eventsSQL,
 		"{{VERSIONS}}", versionsArray(),

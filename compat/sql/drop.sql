@@ -36,15 +36,19 @@ BEGIN
         SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.oid
         FROM pg_catalog.pg_class c
         WHERE c.relnamespace = 'snowflake'::pg_catalog.regnamespace AND c.relkind = 'S'
-          AND (c.relname = 'id_seq' OR c.relname LIKE '\_hw\_%')
+          AND (c.relname IN ('id_seq', '_lock_window_open') OR c.relname LIKE '\_hw\_%')
         UNION ALL
-        -- The proxies' node claim table (compat/claimdb.go) and the
-        -- constraints that depend on it.
+        -- The lock's tables (locks.sql), the proxies' node claim table
+        -- (compat/claimdb.go) and the constraints that depend on them.
         SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.oid
-        FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass('snowflake._claims')
+        FROM pg_catalog.pg_class c
+        WHERE c.oid IN (pg_catalog.to_regclass('snowflake._claims'), pg_catalog.to_regclass('snowflake._locks'),
+                        pg_catalog.to_regclass('snowflake._lock_window'))
         UNION ALL
         SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, k.oid
-        FROM pg_catalog.pg_constraint k WHERE k.conrelid = pg_catalog.to_regclass('snowflake._claims')
+        FROM pg_catalog.pg_constraint k
+        WHERE k.conrelid IN (pg_catalog.to_regclass('snowflake._claims'), pg_catalog.to_regclass('snowflake._locks'),
+                             pg_catalog.to_regclass('snowflake._lock_window'))
         UNION ALL
         SELECT 'pg_catalog.pg_event_trigger'::pg_catalog.regclass, e.oid
         FROM pg_catalog.pg_event_trigger e WHERE e.evtname LIKE 'snowflake\_%'
@@ -106,9 +110,10 @@ BEGIN
             END LOOP;
             FOR r IN SELECT c.relname FROM pg_catalog.pg_class c
                      WHERE c.relnamespace = 'snowflake'::pg_catalog.regnamespace AND c.relkind = 'S'
-                       AND (c.relname = 'id_seq' OR c.relname LIKE '\_hw\_%') LOOP
+                       AND (c.relname IN ('id_seq', '_lock_window_open') OR c.relname LIKE '\_hw\_%') LOOP
                 EXECUTE pg_catalog.format('DROP SEQUENCE snowflake.%I CASCADE', r.relname);
             END LOOP;
+            DROP TABLE IF EXISTS snowflake._locks, snowflake._lock_window;
             -- The proxies' claim table, owned by their control role: the
             -- schema's owner may drop it.
             DROP TABLE IF EXISTS snowflake._claims;

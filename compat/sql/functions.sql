@@ -20,9 +20,11 @@
 --                past the clock and S, the shim of node N issues counts
 --                3072 .. 4095 above S, otherwise the pgEdge rule above S and
 --                H;
---   the lock     a session advisory lock on (0x5346 << 32 | oid), held only
---                for the few statements that read and write S and H; _lease
---                takes it at transaction level.
+--   the lock     a row lock on row oid % 1024 of the private table
+--                snowflake._locks (sql/locks.sql), held by the shim only for
+--                the few statements that read and write S and H (a sub-block
+--                rolled back at its end) and by _lease and _release until
+--                their commit.
 
 -- snowflake._shim_version() is not here: install.sql and update.sql define
 -- it with the version they install.
@@ -63,11 +65,13 @@ DECLARE
     inc bigint;
     node_txt text;
     node integer;
-    lk bigint;
+    in_window boolean;
     hwname text;
     hw regclass;
     made bigint;
     seen text;
+    memo text;
+    step bigint;
     top bigint := 0;
     last bigint;
     now_ms bigint;
@@ -75,7 +79,6 @@ DECLARE
     cnt bigint;
     v bigint;
     done bigint;
-    ok boolean;
 BEGIN
     -- Checks in the order of the extension's nextval. Plain function calls
     -- only for a sequence (no queries): this is the hot path of every shim
@@ -120,10 +123,19 @@ BEGIN
     END IF;
     hwname := '_hw_' || seq::oid::text || '_' || node::text;
 
-    lk := 91560112816128 | seq::oid::bigint; -- x'5346'::bigint << 32
+    -- The lock (sql/locks.sql), while the window is open the advisory
+    -- lock of the earlier code first. The sub-block is rolled back at its
+    -- end, which releases both; plpgsql variables keep their values, and
+    -- settings made in it would be undone, so they are made after it.
+    in_window := coalesce(pg_sequence_last_value('snowflake._lock_window_open'::regclass), 1) <> 0;
     BEGIN
-        IF NOT pg_try_advisory_lock(lk) THEN
-            PERFORM pg_advisory_lock(lk);
+        IF in_window THEN
+            PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint); -- x'5346'::bigint << 32
+        END IF;
+        PERFORM FROM snowflake._locks l WHERE l.slot = (seq::oid::bigint % 1024)::integer FOR UPDATE;
+        IF NOT FOUND AND NOT in_window THEN
+            RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
+                USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
         END IF;
 
         -- H, the top of this node's leases. to_regclass answers from the
@@ -147,7 +159,7 @@ BEGIN
                 END;
                 hw := to_regclass('snowflake.' || hwname);
                 IF hw IS NULL THEN
-                    PERFORM set_config(seen, made::text, false);
+                    memo := made::text;
                 END IF;
             END IF;
         END IF;
@@ -195,19 +207,21 @@ BEGIN
         END IF;
         v := (ms << 22) | (node::bigint << 12) | cnt;
         done := setval(seq, v, true);
-
-        ok := pg_advisory_unlock(lk);
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-        -- Never leave the lock behind: not on an error, a cancel or a
-        -- statement timeout, wherever it struck.
-        IF EXISTS (SELECT 1 FROM pg_locks l
-                   WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
-                     AND l.classid = 21318 AND l.objid = seq::oid AND l.objsubid = 1
-                     AND l.granted) THEN
-            PERFORM pg_advisory_unlock(lk);
-        END IF;
-        RAISE;
+        RAISE SQLSTATE 'SFUNL';
+    EXCEPTION WHEN SQLSTATE 'SFUNL' THEN
+        NULL;
     END;
+    IF memo IS NOT NULL THEN
+        PERFORM set_config(seen, memo, false);
+    END IF;
+    IF in_window THEN
+        -- At most once a second per session: a step reads pg_locks.
+        step := nullif(current_setting('snowflake._lock_step_ms', true), '')::bigint;
+        IF step IS NULL OR now_ms - step >= 1000 OR now_ms < step THEN
+            PERFORM set_config('snowflake._lock_step_ms', now_ms::text, false);
+            PERFORM snowflake._lock_window_step();
+        END IF;
+    END IF;
     RETURN v;
 END
 $fn$;
@@ -340,6 +354,7 @@ DECLARE
     cmt text;
     older text;
     raise_s boolean := false;
+    in_window boolean;
     s_last bigint;
     s_pos bigint;
     h_pos bigint;
@@ -367,10 +382,19 @@ BEGIN
             USING ERRCODE = 'numeric_value_out_of_range';
     END IF;
 
-    PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
-    -- The first lock on seq in this transaction, taken after the advisory
-    -- lock, makes this session process catalog invalidations: an H created
-    -- by another proxy while we waited is visible to to_regclass below.
+    -- The lock (sql/locks.sql), held until the commit.
+    in_window := coalesce(pg_sequence_last_value('snowflake._lock_window_open'::regclass), 1) <> 0;
+    IF in_window THEN
+        PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
+    END IF;
+    PERFORM FROM snowflake._locks l WHERE l.slot = (seq::oid::bigint % 1024)::integer FOR UPDATE;
+    IF NOT FOUND AND NOT in_window THEN
+        RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
+            USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
+    END IF;
+    -- The first lock on seq in this transaction, taken after that, makes
+    -- this session process catalog invalidations: an H created by another
+    -- proxy while we waited is visible to to_regclass below.
     s_last := coalesce(pg_sequence_last_value(seq), 0);
     s_pos := (((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095);
 
@@ -440,6 +464,9 @@ BEGIN
         done := setval(seq, id, true);
     END IF;
     server_ms := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000;
+    IF in_window THEN
+        PERFORM snowflake._lock_window_step();
+    END IF;
     -- An xid makes the commit wait for its WAL flush: the lease is durable
     -- before the proxy hands out any of it.
     PERFORM pg_current_xact_id();
@@ -462,6 +489,7 @@ DECLARE
     s_last bigint;
     h_last bigint;
     done bigint;
+    in_window boolean;
 BEGIN
     IF NOT has_sequence_privilege(session_user, seq, 'USAGE, UPDATE') THEN
         RAISE EXCEPTION 'permission denied for sequence %', seq
@@ -472,7 +500,17 @@ BEGIN
         RAISE EXCEPTION 'invalid release of node % up to % from %', node, issued_pos, hi_pos
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
+    -- The lock (sql/locks.sql), held until the commit.
+    in_window := coalesce(pg_sequence_last_value('snowflake._lock_window_open'::regclass), 1) <> 0;
+    IF in_window THEN
+        PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
+        PERFORM snowflake._lock_window_step();
+    END IF;
+    PERFORM FROM snowflake._locks l WHERE l.slot = (seq::oid::bigint % 1024)::integer FOR UPDATE;
+    IF NOT FOUND AND NOT in_window THEN
+        RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
+            USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
+    END IF;
     s_last := coalesce(pg_sequence_last_value(seq), 0);
     hw := to_regclass('snowflake._hw_' || seq::oid::text || '_' || node::text);
     IF hw IS NULL THEN

@@ -4,8 +4,8 @@
 -- braces: IF_NOT_EXISTS and CASCADE are true/false, VERSION and SCHEMA are
 -- SQL literals or NULL, VERSIONS is the array of versions the shim
 -- installs (oldest first), DEFAULT_VERSION and REPAIR_FROM literals,
--- FUNCTIONS is functions.sql, EVENT_TRIGGERS events.sql, VERSION_NAME
--- versionname.sql and REPAIR repair.sql.
+-- LOCKS is locks.sql, FUNCTIONS functions.sql, EVENT_TRIGGERS events.sql,
+-- VERSION_NAME versionname.sql and REPAIR repair.sql.
 DO $sfshim$
 DECLARE
     v_versions text[] := {{VERSIONS}};
@@ -46,6 +46,7 @@ BEGIN
         CREATE SEQUENCE snowflake.id_seq;
     END IF;
 
+{{LOCKS}}
 {{FUNCTIONS}}
 
     -- No earlier shim code can be running: leases need not wait for it

@@ -44,6 +44,7 @@ BEGIN
         CREATE SEQUENCE snowflake.id_seq;
     END IF;
 
+{{LOCKS}}
 {{FUNCTIONS}}
 
     IF pg_catalog.to_regprocedure('snowflake._shim_owns_schema()') IS NULL THEN
