@@ -34,6 +34,25 @@ func lockWindowStep(t *testing.T, c *testConn) bool {
 	return open
 }
 
+// waitWindowClosed steps the window until it closes, with a deadline. Once
+// the transactions a test holds have ended it closes at the next step that
+// sees no transaction of an observation still running; that may take a few
+// steps, since an observation also names every transaction of a backend
+// the step cannot place (regression: a parallel test's backend on its way
+// out holds its virtual transaction id after leaving pg_stat_activity, and
+// a single step after the test's last transaction ended found the window
+// still open).
+func waitWindowClosed(t *testing.T, c *testConn, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for lockWindowStep(t, c) {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // withAdvisoryKey runs call while another session holds the advisory key
 // of oid, and reports whether call had to wait for it: call must then
 // complete once the key is released.
@@ -117,9 +136,7 @@ func TestLockWindowAfterUpdate(t *testing.T) {
 		}
 	}
 	mustExec(t, old, "COMMIT")
-	if lockWindowStep(t, c) {
-		t.Fatal("the lock window stayed open after the last transaction from before the update ended")
-	}
+	waitWindowClosed(t, c, "the lock window stayed open after the last transaction from before the update ended")
 	if withAdvisoryKey(t, url, c, oid, npid, func() <-chan error { return nextvalAsync(n, "s") }) {
 		t.Fatal("after the window, the new code still waits for the advisory key")
 	}
@@ -161,9 +178,7 @@ func TestLockWindowSnapshotBeforeInstall(t *testing.T) {
 		}
 	}
 	mustExec(t, rr, "COMMIT")
-	if lockWindowStep(t, c) {
-		t.Fatal("the lock window stayed open after the older transaction ended")
-	}
+	waitWindowClosed(t, c, "the lock window stayed open after the older transaction ended")
 	if withAdvisoryKey(t, url, c, oid, rrpid, func() <-chan error { return nextvalAsync(rr, "s") }) {
 		t.Fatal("after the window, a call still waits for the advisory key")
 	}
