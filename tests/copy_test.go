@@ -21,10 +21,10 @@ import (
 // keeps the server's column default (DESIGN.md "INSERT defaults": the shim
 // issues one ID per row), and is a statement "that may have issued in the
 // shim": afterwards the session's next fast-path ID is above the shim's
-// (README "How IDs are made", plan.TouchShim). CopyData messages of pgx
+// (docs/architecture.md "How IDs are made", plan.TouchShim). CopyData messages of pgx
 // (64 KiB) and large COPY TO batches are bigger than the event loop's 8 KiB
 // buffer, so the session is handed over to its goroutines and back
-// (README "Performance", wire/loop.go).
+// (bench/README.md, wire/loop.go).
 
 const copyNode = 7
 
@@ -503,7 +503,7 @@ func TestCopyFromClientAbortKeepsTheSessionUsable(t *testing.T) {
 
 // TestCopyFromRolledBack: COPY of 20,000 rows inside BEGIN, then ROLLBACK:
 // the rows were there inside the transaction and are gone after it. The
-// currval the shim set inside is forgotten (README: currval after a
+// currval the shim set inside is forgotten (docs/compatibility.md: currval after a
 // ROLLBACK returns the earlier value), and the fast path still continues
 // above the ids the rolled-back COPY issued (they may exist elsewhere:
 // ids are not given back).

@@ -12,7 +12,7 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/internal/app"
 )
 
-// The documented limit of an asynchronous standby (README, "Topologies":
+// The documented limit of an asynchronous standby (docs/operations.md, "Topologies":
 // fail over only to a synchronous one), shown by a test that fails: it is
 // kept out of the default run (go test -tags failoverlag -run
 // TestFailoverLaggingStandby ./tests/). A proxy that keeps running through

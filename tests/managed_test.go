@@ -40,7 +40,7 @@ func managedServer(t *testing.T) (srv *pgserver.Server, caFile string) {
 	return srv, caFile
 }
 
-// TestManagedPostgres starts the proxy the way the README's "In front of
+// TestManagedPostgres starts the proxy the way docs/managed-postgres.md's "In front of
 // managed PostgreSQL" section tells a user to, with the provider's
 // connection string (sslmode=verify-full, the provider's CA), in front of
 // a hostssl-only SCRAM server, and drives it with psql, pgx and lib/pq:
