@@ -274,7 +274,7 @@ func TestUpgradeStopsLeftoverTrustServer(t *testing.T) {
 	dir := embeddedDataDir(t)
 	// What an older version left running: started by pg_ctl (detached),
 	// trust on the socket and on 127.0.0.1.
-	old, err := pgserver.Start(ctx, pgserver.Options{DataDir: dir, Settings: map[string]string{"fsync": "off"}})
+	old, err := pgserver.Start(ctx, pgserver.Options{DataDir: dir, Detached: true, Settings: map[string]string{"fsync": "off"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,10 @@
 //
 //   - The default (tests, benchmarks): TCP on 127.0.0.1 and a Unix socket,
 //     trust authentication unless Options.Password or Options.HBA say
-//     otherwise, started and stopped with pg_ctl.
+//     otherwise. Its postmaster is the caller's child too, as below, so a
+//     test binary that panics, times out or is killed leaves no server
+//     running; Options.Detached starts it with pg_ctl instead, to outlive
+//     the caller.
 //   - Options.Private (the proxy's embedded server): no TCP at all, a Unix
 //     socket in a directory only the server's OS user may enter, and
 //     scram-sha-256 for every connection with a generated password kept in
@@ -31,7 +34,8 @@
 //     user's, and root must not write through a link left there).
 //   - private.go: the password file, the SCRAM secret, setting the password
 //     in single-user mode, finding and stopping a leftover postmaster.
-//   - postmaster.go: starting the postmaster directly (Private), its log,
+//   - postmaster.go: starting the postmaster directly (all but Detached
+//     servers), its log,
 //     waiting until it is ready, stopping it; the one-line start failure.
 //   - proc_linux.go, proc_other.go: the parent-death signal and finding a
 //     live postmaster of a data directory.

@@ -44,6 +44,12 @@ type Options struct {
 	// password kept in PasswordFile, the postmaster tied to the caller's
 	// life, a leftover postmaster of DataDir stopped (see the package doc).
 	Private bool
+	// Detached starts the server with pg_ctl, so that it outlives the
+	// caller unless stopped (as servers of earlier releases were; a test
+	// of the proxy's upgrade path needs one). Default: the postmaster is the
+	// caller's own child and stops when the caller dies, however it dies.
+	// Not allowed with Private.
+	Detached bool
 	// Settings are extra postgresql.conf lines (name -> value, value written
 	// as is, so quote strings).
 	Settings map[string]string
@@ -63,8 +69,9 @@ type Server struct {
 	superuser string
 	password  string
 	private   bool
+	detached  bool        // started and stopped with pg_ctl
 	pwFile    string      // Private: the .pgpass file holding password
-	pm        *postmaster // Private: the postmaster, our child
+	pm        *postmaster // the postmaster, our child (not Detached)
 	tempRoot  string      // removed on Stop when the data dir was temporary
 	cred      *syscall.Credential
 	log       *slog.Logger
@@ -120,6 +127,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.Private && (o.Password != "" || len(o.HBA) > 0) {
 		return nil, errors.New("pgserver: a Private server makes its own password and pg_hba.conf: give no Password or HBA")
 	}
+	if o.Private && o.Detached {
+		return nil, errors.New("pgserver: a Private server is never detached")
+	}
 	if o.BinDir == "" {
 		d, err := FindBinDir()
 		if err != nil {
@@ -142,7 +152,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
 
-	s := &Server{binDir: o.BinDir, superuser: o.Superuser, password: o.Password, private: o.Private, log: o.Logger}
+	s := &Server{binDir: o.BinDir, superuser: o.Superuser, password: o.Password, private: o.Private, detached: o.Detached, log: o.Logger}
 	var uid, gid int = -1, -1
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup(o.RunAs)
@@ -286,7 +296,7 @@ func (s *Server) Own(path string) error {
 }
 
 func (s *Server) start(ctx context.Context) error {
-	if s.private {
+	if !s.detached {
 		return s.startPostmaster(ctx)
 	}
 	offset := logSize(s.logFile)
@@ -316,7 +326,7 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 func (s *Server) stop(ctx context.Context) error {
-	if s.private {
+	if !s.detached {
 		return s.stopPostmaster(ctx)
 	}
 	if out, err := s.Command(ctx, "pg_ctl", "-D", s.dataDir, "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
@@ -384,7 +394,7 @@ func (s *Server) PasswordFile() string {
 	return s.pwFile
 }
 
-// PID is the postmaster's process id of a Private server; 0 for others.
+// PID is the postmaster's process id; 0 for a Detached server.
 func (s *Server) PID() int {
 	if s.pm == nil {
 		return 0

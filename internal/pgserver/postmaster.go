@@ -16,7 +16,8 @@ import (
 	"time"
 )
 
-// postmaster is a Private server's postmaster, a child of this process.
+// postmaster is the postmaster of a server that is not Detached, a child
+// of this process.
 type postmaster struct {
 	proc     *os.Process
 	pid      int
@@ -30,7 +31,8 @@ type postmaster struct {
 // server is detached from its caller: the postmaster stays this process's
 // child, in a process group of its own (Ctrl-C and a terminal's hang-up
 // reach the proxy, which stops the server after draining its sessions),
-// and on Linux gets SIGINT (fast shutdown) when its parent dies.
+// and on Linux gets SIGINT (fast shutdown) when its parent dies: a test
+// binary that panics, times out or is killed leaves no server behind.
 func (s *Server) startPostmaster(ctx context.Context) error {
 	f, err := s.openLog()
 	if err != nil {
@@ -38,11 +40,14 @@ func (s *Server) startPostmaster(ctx context.Context) error {
 	}
 	defer f.Close() // the child has its own descriptor
 	offset, _ := f.Seek(0, io.SeekEnd)
-	cmd := exec.Command(filepath.Join(s.binDir, "postgres"), "-D", s.dataDir, "-p", strconv.Itoa(s.port),
+	args := []string{"-D", s.dataDir, "-p", strconv.Itoa(s.port)}
+	if s.private {
 		// On the command line these win over postgresql.auto.conf (ALTER
 		// SYSTEM): no TCP, this pg_hba.conf, this socket directory.
-		"-c", "listen_addresses=", "-c", "hba_file="+filepath.Join(s.dataDir, "pg_hba.conf"),
-		"-c", "unix_socket_directories="+s.sockDir)
+		args = append(args, "-c", "listen_addresses=", "-c", "hba_file="+filepath.Join(s.dataDir, "pg_hba.conf"),
+			"-c", "unix_socket_directories="+s.sockDir)
+	}
+	cmd := exec.Command(filepath.Join(s.binDir, "postgres"), args...)
 	s.prepare(cmd)
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -66,7 +71,7 @@ func (s *Server) startPostmaster(ctx context.Context) error {
 		started <- nil
 		pm.err = cmd.Wait()
 		if pm.ready.Load() && !pm.stopping.Load() {
-			s.log.Error("the embedded PostgreSQL exited", "pid", cmd.Process.Pid, "err", pm.err, "log", s.logFile)
+			s.log.Error("PostgreSQL exited", "pid", cmd.Process.Pid, "err", pm.err, "log", s.logFile)
 		}
 		close(pm.exited)
 	}()
