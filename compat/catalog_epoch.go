@@ -65,6 +65,10 @@ type catalogWatch struct {
 	// new value, so an epoch is never seen twice.
 	last  atomic.Uint64
 	nudge chan struct{} // capacity 1: a session saw epoch 0
+	// checks counts the completed looks for the event triggers, each
+	// applied to cur, so that tests can wait for a check instead of
+	// guessing how long one takes.
+	checks atomic.Uint64
 }
 
 // CatalogEpoch implements wire.Snowflakes: the current catalog epoch of
@@ -183,6 +187,7 @@ func (w *catalogWatch) listen() error {
 		} else {
 			w.cur.Store(0)
 		}
+		w.checks.Add(1)
 		if err := w.wait(conn, wait, !armed); err != nil {
 			return err
 		}

@@ -25,6 +25,29 @@ func waitEpoch(t *testing.T, s *Service, db string, what string, ok func(uint64)
 	}
 }
 
+// waitChecks waits until the watch of db has completed n looks for the
+// event triggers since after (a value of watchChecks), nudging it as a
+// session that sees epoch 0 does.
+func waitChecks(t *testing.T, s *Service, db string, after uint64, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for watchChecks(s, db) < after+n {
+		s.CatalogEpoch(db)
+		if time.Now().After(deadline) {
+			t.Fatalf("the catalog watch of %s made %d checks in 15s, want %d", db, watchChecks(s, db)-after, n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+func watchChecks(s *Service, db string) uint64 {
+	v, ok := s.watches.Load(db)
+	if !ok {
+		return 0
+	}
+	return v.(*catalogWatch).checks.Load()
+}
+
 // The epoch is 0 until the shim's event triggers exist, then moves on every
 // DDL made by any connection, and goes back to 0 when a trigger is dropped
 // (DROP EVENT TRIGGER fires no event trigger: the periodic check sees it).
@@ -41,7 +64,9 @@ func TestCatalogEpochFollowsDDLMadeElsewhere(t *testing.T) {
 	}
 	c := connect(t, url)
 	ctx := ctxT(t)
-	time.Sleep(100 * time.Millisecond)
+	// Once the watch has looked (connected, LISTENing), a database without
+	// the shim still has no epoch.
+	waitChecks(t, s, db, 0, 1)
 	if e := s.CatalogEpoch(db); e != 0 {
 		t.Fatalf("without the shim CatalogEpoch = %d, want 0", e)
 	}
@@ -88,7 +113,8 @@ func TestCatalogEpochStaysZeroWithoutEventTriggers(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.CatalogEpoch(cfg.Database)
-	time.Sleep(2 * epochIdleRecheck)
+	// Two looks after the install, each of which would have armed it.
+	waitChecks(t, s, cfg.Database, watchChecks(s, cfg.Database), 2)
 	if e := s.CatalogEpoch(cfg.Database); e != 0 {
 		t.Errorf("CatalogEpoch = %d without event triggers, want 0", e)
 	}
