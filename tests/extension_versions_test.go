@@ -97,8 +97,18 @@ func TestDumpRestoresAfterUpdateRepair(t *testing.T) {
 	mustRun(t, conn, "ALTER TABLE legacy ALTER COLUMN id SET DATA TYPE int8")
 	mustRun(t, conn, "ALTER TABLE legacy ALTER COLUMN id SET DEFAULT snowflake.nextval('public.legacy_id_seq'::regclass)")
 	mustRun(t, conn, "ALTER SEQUENCE legacy_id_seq AS bigint")
-	mustRun(t, conn, "INSERT INTO legacy (v) VALUES ('d')")
+	// The row goes in on a direct connection, so that the shim stores its
+	// snowflake in the sequence as the extension's nextval did (regression:
+	// through the proxy the fast path may issue it, leaving the sequence at
+	// 3, and whether it did depended on how soon the proxy's catalog watch
+	// armed; the restore then succeeded and the test failed).
+	direct := e.connectDirect(t)
+	mustRun(t, direct, "SET snowflake.node = 3")
+	mustRun(t, direct, "INSERT INTO legacy (v) VALUES ('d')")
 	last := mustInt64(t, conn, "SELECT last_value FROM legacy_id_seq")
+	if last <= 4 {
+		t.Fatalf("last_value %d after the shim's INSERT: no snowflake stored above the cap", last)
+	}
 	mustRun(t, conn, "UPDATE pg_catalog.pg_sequence SET seqmax = 4, seqtypid = 'integer'::regtype WHERE seqrelid = 'legacy_id_seq'::regclass")
 
 	dumpRestore := func() error {
