@@ -46,6 +46,7 @@ func shimCallsBeforeMarker(t *testing.T, session *pgx.Conn, check *pgx.Conn) int
 // went to the shim. 200 INSERTs through the proxy into the new table now
 // make no shim call, in both protocols.
 func TestOlderOpenTransactionKeepsFastPath(t *testing.T) {
+	t.Parallel()
 	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
 		const node = 7
 		p := newStatsProxy(t, node)
@@ -97,6 +98,7 @@ func TestOlderOpenTransactionKeepsFastPath(t *testing.T) {
 // proxy's node while its fast path holds a lease, issue IDs at most 100 ms
 // ahead of clock_timestamp() (they were dated 1.1 to 2 s ahead).
 func TestShimIDsDatedAtTheClockDuringALease(t *testing.T) {
+	t.Parallel()
 	const node = 9
 	p := newStatsProxy(t, node)
 	e := p.testEnv

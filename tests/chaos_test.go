@@ -39,6 +39,7 @@ func (c *steppedClock) NowMs() int64 { return generator.SystemClock{}.NowMs() + 
 // repeat: none returned twice, no unique violation on the table's key, and
 // every row's id distinct from every returned one.
 func TestChaos(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.Start(t, pgserver.Options{}) // its own: it is restarted
 	db := pgtest.NewDatabase(t, srv)
 	bin := proxyBinary(t)

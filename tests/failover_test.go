@@ -30,6 +30,7 @@ const failoverWait = 30 * time.Second
 // --upstream. No ID issued after the failover repeats one issued before,
 // and all carry the proxy's node.
 func TestFailoverProxyFollowsPromotedStandby(t *testing.T) {
+	t.Parallel()
 	p := startStandbyPair(t)
 	fwd := startForwarder(t, p.primary.Addr())
 	a := startProxyConfig(t, app.Config{

@@ -48,6 +48,7 @@ func managedServer(t *testing.T) (srv *pgserver.Server, caFile string) {
 // the fast path works, and the password shows up nowhere in the proxy's
 // output.
 func TestManagedPostgres(t *testing.T) {
+	t.Parallel()
 	srv, caFile := managedServer(t)
 	upstream := fmt.Sprintf("postgres://postgres:%s@localhost:%d/postgres?sslmode=verify-full&sslrootcert=%s",
 		managedPassword, srv.Port(), url.QueryEscape(caFile))
@@ -134,6 +135,7 @@ func TestManagedPostgres(t *testing.T) {
 // start in front of a server without TLS, with one clear line, instead
 // of serving in plaintext.
 func TestManagedPostgresRequiresTLS(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -151,6 +153,7 @@ func TestManagedPostgresRequiresTLS(t *testing.T) {
 // TestManagedPostgresPasswordFile: the control password may come from a
 // file instead of the command line.
 func TestManagedPostgresPasswordFile(t *testing.T) {
+	t.Parallel()
 	srv, caFile := managedServer(t)
 	pwFile := filepath.Join(t.TempDir(), "password")
 	if err := os.WriteFile(pwFile, []byte(managedPassword+"\n"), 0o600); err != nil {
@@ -182,6 +185,7 @@ func TestManagedPostgresPasswordFile(t *testing.T) {
 // explains that channel binding cannot cross it; with
 // channel_binding=disable the login works.
 func TestManagedPostgresChannelBindingPsql(t *testing.T) {
+	t.Parallel()
 	srv, caFile := managedServer(t)
 	ca := pgtest.NewCA(t, "proxy CA")
 	certFile, keyFile := ca.Server(t, "127.0.0.1").WriteFiles(t, t.TempDir(), "proxy")

@@ -39,6 +39,7 @@ const (
 // same rows, no id twice, with no replication conflict or error, and every
 // id's node bits name the side that wrote its row.
 func TestMultiMasterOnStockPostgres(t *testing.T) {
+	t.Parallel()
 	psql, err := exec.LookPath("psql")
 	if err != nil {
 		t.Fatal("psql not found: it comes with the PostgreSQL client (apt-get install postgresql-client)")

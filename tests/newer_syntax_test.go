@@ -46,6 +46,7 @@ func newerSQL(t *testing.T, name, table string) string {
 // do on the server; a snowflake.nextval in such a statement is issued by
 // the shim with the proxy's node.
 func TestPostgres18SyntaxThroughTheProxy(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.Start(t, pgserver.Options{BinDir: pgtest.BinDirAtLeast(t, 18)})
 	e := newEnvOn(t, srv, pgtest.NewDatabase(t, srv), newerSyntaxNode)
 	e.installExtension(t)
@@ -99,6 +100,7 @@ func TestPostgres18SyntaxThroughTheProxy(t *testing.T) {
 // session, whose cached snowflake default of the table filled the id on
 // the fast path until the transaction's commit told the proxy).
 func TestUnparsedDDLInATransactionDropsCachedDefaults(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.Start(t, pgserver.Options{BinDir: pgtest.BinDirAtLeast(t, 18)})
 	e := newEnvOn(t, srv, pgtest.NewDatabase(t, srv), newerSyntaxNode)
 	e.installExtension(t)

@@ -27,6 +27,7 @@ import (
 //     sent the default argument as '...'::regclass, which 18 resolves
 //     before the function.
 func TestErrorsOnPostgres18AreTheExtensions(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.Start(t, pgserver.Options{BinDir: pgtest.BinDirAtLeast(t, 18)})
 	e := newEnvOn(t, srv, pgtest.NewDatabase(t, srv), newerSyntaxNode)
 	e.installExtension(t)

@@ -56,6 +56,7 @@ func startProxyBeforePgBouncer(t *testing.T, poolSize int) *proxyBeforePgBouncer
 // see topoWorkload), INSERT defaults; every ID unique with the proxy's
 // node, every client's rows its own.
 func TestProxyBeforePgBouncerTransactionMode(t *testing.T) {
+	t.Parallel()
 	e := startProxyBeforePgBouncer(t, 2)
 	topoSchema(t, e.app.Addr(), e.db)
 	modes := append(append([]pgx.QueryExecMode{}, pooledModes...), pooledModes...)
@@ -77,6 +78,7 @@ func TestProxyBeforePgBouncerTransactionMode(t *testing.T) {
 // INSERT. Here the third INSERT of a text is sent while another client
 // holds the server connection of the first two.
 func TestProxyBeforePgBouncerTransactionModeInsertsNotPrepared(t *testing.T) {
+	t.Parallel()
 	e := startProxyBeforePgBouncer(t, 2)
 	topoSchema(t, e.app.Addr(), e.db)
 	a := connectAddr(t, e.app.Addr(), e.db, pgx.QueryExecModeSimpleProtocol)
@@ -116,6 +118,7 @@ func TestProxyBeforePgBouncerTransactionModeInsertsNotPrepared(t *testing.T) {
 // proxy exactly as directly through PgBouncer: the proxy adds no failure
 // of its own.
 func TestProxyBeforePgBouncerTransactionModeNamedStatements(t *testing.T) {
+	t.Parallel()
 	e := startProxyBeforePgBouncer(t, 2)
 	topoSchema(t, e.app.Addr(), e.db)
 	for _, via := range []struct{ name, addr string }{{"proxy", e.app.Addr()}, {"pgbouncer", e.pgb.Addr()}} {
@@ -154,6 +157,7 @@ func TestProxyBeforePgBouncerTransactionModeNamedStatements(t *testing.T) {
 // (or 55000 on a fresh one), as PostgreSQL's own currval does behind
 // PgBouncer; one server connection makes it certain here.
 func TestProxyBeforePgBouncerTransactionModeCurrvalAcrossTransactions(t *testing.T) {
+	t.Parallel()
 	e := startProxyBeforePgBouncer(t, 1)
 	topoSchema(t, e.app.Addr(), e.db)
 	pgtest.Exec(t, pgtest.Shared(t), e.db, "CREATE SEQUENCE n")
@@ -184,6 +188,7 @@ func TestProxyBeforePgBouncerTransactionModeCurrvalAcrossTransactions(t *testing
 // client that gets a server connection another client used starts without
 // that client's currval (PgBouncer's DISCARD ALL).
 func TestPgBouncerBeforeProxy(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"session", "transaction"} {
 		t.Run(mode, func(t *testing.T) {
 			srv := pgtest.Shared(t)

@@ -124,6 +124,7 @@ var standbyModes = []pgx.QueryExecMode{
 // the replicated rows, the decoding functions on a stored ID and SHOW
 // snowflake.node work in every exec mode.
 func TestStandbyProxyServesReads(t *testing.T) {
+	t.Parallel()
 	s := setupStandby(t)
 	a := s.startStandbyProxy(t)
 	for _, mode := range standbyModes {
@@ -260,6 +261,7 @@ func checkSessionAlive(t *testing.T, conn *pgx.Conn, after string) {
 // (25006), never hang, and the session goes on (SELECT 1), outside and inside
 // an explicit transaction, in the simple protocol and every extended mode.
 func TestStandbyIssuingFailsLikeTheServer(t *testing.T) {
+	t.Parallel()
 	s := setupStandby(t)
 	ref := s.referenceErrors(t)
 	a := s.startStandbyProxy(t)
@@ -315,6 +317,7 @@ func mustRunWithin(t *testing.T, conn *pgx.Conn, sql string) {
 // refused IDs on a standby, the proxy's Close returns in time and leaves no
 // goroutine of the proxy (wire, compat, generator, app, pgxpool) behind.
 func TestStandbyCloseLeavesNoGoroutines(t *testing.T) {
+	// Not parallel: it counts the proxy goroutines of the whole process.
 	s := setupStandby(t)
 	baseline := proxyGoroutines()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -370,6 +373,7 @@ func TestStandbyCloseLeavesNoGoroutines(t *testing.T) {
 // the server was a standby (and refused IDs) issue IDs of the proxy's node
 // once the standby is promoted, without reconnecting; so do new sessions.
 func TestStandbyPromotionThenIssues(t *testing.T) {
+	t.Parallel()
 	s := setupStandby(t)
 	ref := s.referenceErrors(t)
 	a := s.startStandbyProxy(t)

@@ -24,6 +24,7 @@ import (
 // node, IDs only grow). A session idle in a transaction since before the
 // sequence existed stays open throughout.
 func TestUniquenessUnderConcurrencyAcrossARestart(t *testing.T) {
+	t.Parallel()
 	const (
 		node           = 5
 		proxyClients   = 16

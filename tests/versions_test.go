@@ -11,5 +11,6 @@ import (
 // version, whatever version the machine's own binaries are: CI runs them
 // through the README's test command.
 func TestCoreTestsOnPostgres18(t *testing.T) {
+	t.Parallel()
 	pgtest.RerunOn(t, 18, pgtest.CoreRun(t, "./tests"))
 }

@@ -74,7 +74,7 @@ func failures(out []byte) string {
 }
 
 // RerunOn runs the tests of the current test binary that match run again,
-// in a child process whose servers are PostgreSQL major (BinDir: skipped
+// in short mode, in a child process whose servers are PostgreSQL major (BinDir: skipped
 // only when it cannot be installed), and fails with the child's failures
 // and the end of its output when it fails or runs no test. The child gets
 // what is left of the test's own deadline, less a minute to report.
@@ -97,7 +97,10 @@ func RerunOn(t *testing.T, major int, run string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+run, "-test.count=1", "-test.v",
+	// -test.short: a re-run proves the behaviour on another version, not
+	// volume, which the tests prove once on the machine's own version
+	// (the uniqueness test draws a tenth of its IDs).
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+run, "-test.count=1", "-test.v", "-test.short",
 		"-test.timeout="+timeout.String())
 	cmd.Env = append(os.Environ(), EnvBinDir+"="+bin)
 	start := time.Now()

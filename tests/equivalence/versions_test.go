@@ -11,5 +11,6 @@ import (
 // machine's own binaries are: CI runs it through the README's test
 // command.
 func TestEquivalenceOnPostgres18(t *testing.T) {
+	t.Parallel()
 	pgtest.RerunOn(t, 18, pgtest.CoreRun(t, "./tests/equivalence"))
 }
