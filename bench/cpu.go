@@ -104,6 +104,12 @@ func sinceReading(a, b map[int]int64) int64 {
 
 // addThreadTimes adds tid -> run time (ns) for every thread of pid.
 func addThreadTimes(pid int, into map[int]int64) {
+	addPerThread(pid, "schedstat", parseSchedstat, into)
+}
+
+// addPerThread adds tid -> parse(/proc/<pid>/task/<tid>/<file>) for every
+// thread of pid whose file parses.
+func addPerThread(pid int, file string, parse func([]byte) (int64, bool), into map[int]int64) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -114,12 +120,12 @@ func addThreadTimes(pid int, into map[int]int64) {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat"))
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), file))
 		if err != nil {
 			continue
 		}
-		if ns, ok := parseSchedstat(b); ok {
-			into[tid] = ns
+		if v, ok := parse(b); ok {
+			into[tid] = v
 		}
 	}
 }

@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -48,24 +46,7 @@ func switchesPerTx(a, b cpuReading, tx float64) crossUse {
 
 // addThreadSwitches adds tid -> context switches for every thread of pid.
 func addThreadSwitches(pid int, into map[int]int64) {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task"
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		tid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "status"))
-		if err != nil {
-			continue
-		}
-		if n, ok := parseSwitches(b); ok {
-			into[tid] = n
-		}
-	}
+	addPerThread(pid, "status", parseSwitches, into)
 }
 
 // parseSwitches sums the voluntary and non-voluntary context switches of a
