@@ -50,8 +50,11 @@ func (d decoded) time() time.Time { return time.UnixMilli(d.ms + epochUnixMs) }
 // database with the extension installed through the proxy, and the time
 // window in which IDs issued during the test must fall.
 type env struct {
-	url  string // through the proxy
-	from time.Time
+	url    string // through the proxy
+	direct string // straight to the server
+	from   time.Time
+	app    *app.App
+	closed bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -65,14 +68,9 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatalf("start proxy: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := a.Close(ctx); err != nil {
-			t.Errorf("close proxy: %v", err)
-		}
-	})
-	e := &env{url: fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", a.Addr(), db), from: time.Now().Add(-time.Second)}
+	e := &env{url: fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", a.Addr(), db), direct: srv.URL(db),
+		from: time.Now().Add(-time.Second), app: a}
+	t.Cleanup(func() { e.stopProxy(t) })
 	c, err := pgx.Connect(ctx, e.url)
 	if err != nil {
 		t.Fatalf("connect through the proxy: %v", err)
@@ -82,6 +80,21 @@ func newEnv(t *testing.T) *env {
 		t.Fatalf("CREATE EXTENSION snowflake through the proxy: %v", err)
 	}
 	return e
+}
+
+// stopProxy closes the proxy (once): it hands back the rest of its leases
+// and raises each sequence to what it issued.
+func (e *env) stopProxy(t *testing.T) {
+	t.Helper()
+	if e.closed {
+		return
+	}
+	e.closed = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.app.Close(ctx); err != nil {
+		t.Errorf("close proxy: %v", err)
+	}
 }
 
 // checkIDs asserts what is guaranteed for IDs issued one after the other on
