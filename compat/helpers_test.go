@@ -160,3 +160,22 @@ func shimDB(t *testing.T) (url string, c *testConn, db string, oid uint32) {
 	mustExec(t, c, "CREATE SEQUENCE s")
 	return url, c, dbName(t, c), seqOID(t, c, "s")
 }
+
+// idSet collects IDs issued concurrently and fails the test on one issued
+// twice, naming both issuers.
+type idSet struct {
+	t    *testing.T
+	mu   sync.Mutex
+	seen map[int64]string
+}
+
+func newIDSet(t *testing.T) *idSet { return &idSet{t: t, seen: map[int64]string{}} }
+
+func (s *idSet) add(id int64, who string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev, dup := s.seen[id]; dup {
+		s.t.Errorf("duplicate %v from %s and %s", generator.Decode(id), prev, who)
+	}
+	s.seen[id] = who
+}

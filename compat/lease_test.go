@@ -148,16 +148,7 @@ func TestServiceAndShimInterleave(t *testing.T) {
 	svc := newService(t, url, 5, nil)
 	db, oid := dbName(t, c), seqOID(t, c, "s")
 
-	var mu sync.Mutex
-	seen := map[int64]string{}
-	add := func(id int64, who string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if prev, dup := seen[id]; dup {
-			t.Errorf("duplicate %d from %s and %s", id, prev, who)
-		}
-		seen[id] = who
-	}
+	ids := newIDSet(t)
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -177,7 +168,7 @@ func TestServiceAndShimInterleave(t *testing.T) {
 					t.Errorf("fast path not increasing in one goroutine: %d after %d", id, last)
 				}
 				last = id
-				add(id, "fast")
+				ids.add(id, "fast")
 			}
 		}()
 	}
@@ -193,17 +184,17 @@ func TestServiceAndShimInterleave(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				add(id, "shim")
+				ids.add(id, "shim")
 			}
 		}()
 	}
 	wg.Wait()
-	if len(seen) != 4*5000+2*1500 {
-		t.Fatalf("%d ids", len(seen))
+	if len(ids.seen) != 4*5000+2*1500 {
+		t.Fatalf("%d ids", len(ids.seen))
 	}
 	// S covers every position issued.
 	lv := queryInt(t, c, "SELECT last_value FROM s")
-	for id := range seen {
+	for id := range ids.seen {
 		if generator.PositionOf(id) > generator.PositionOf(lv) {
 			t.Fatalf("S.last_value %d below issued %d", lv, id)
 		}

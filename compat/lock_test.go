@@ -254,16 +254,7 @@ func TestShimLockConcurrentIsolationLevels(t *testing.T) {
 	closeLockWindow(t, c)
 	svc := newService(t, url, 6, nil)
 
-	var mu sync.Mutex
-	seen := map[int64]string{}
-	add := func(id int64, who string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if prev, dup := seen[id]; dup {
-			t.Errorf("duplicate %v from %s and %s", generator.Decode(id), prev, who)
-		}
-		seen[id] = who
-	}
+	ids := newIDSet(t)
 	var wg sync.WaitGroup
 	const fast, fastIDs = 2, 3000
 	for g := 0; g < fast; g++ {
@@ -276,7 +267,7 @@ func TestShimLockConcurrentIsolationLevels(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				add(id, "fast path")
+				ids.add(id, "fast path")
 			}
 		}()
 	}
@@ -304,7 +295,7 @@ func TestShimLockConcurrentIsolationLevels(t *testing.T) {
 							return fmt.Errorf("%v after %v in one session", generator.Decode(id), generator.Decode(last))
 						}
 						last = id
-						add(id, string(level))
+						ids.add(id, string(level))
 					}
 					return nil
 				})
@@ -316,8 +307,8 @@ func TestShimLockConcurrentIsolationLevels(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if want := fast*fastIDs + len(levels)*txs*perTx; len(seen) != want {
-		t.Fatalf("%d ids, want %d", len(seen), want)
+	if want := fast*fastIDs + len(levels)*txs*perTx; len(ids.seen) != want {
+		t.Fatalf("%d ids, want %d", len(ids.seen), want)
 	}
 }
 
