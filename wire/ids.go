@@ -2,10 +2,8 @@ package wire
 
 import (
 	"encoding/binary"
-	"fmt"
 
 	"github.com/snowflake-proxy/snowflake-proxy/compat/catalog"
-
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
@@ -310,17 +308,9 @@ func (p *clientPump) refresh(names, rels []string) {
 		return
 	}
 	p.srv.stats.hidden.Add(1)
-	hq := &p.sh.hq
-	err = hq.err
-	if err == nil && hq.fail == "" && hq.rows != 1 {
-		err = fmt.Errorf("%d rows", hq.rows)
-	}
-	var st catalog.SessionState
-	if err == nil && hq.fail == "" {
-		st, err = q.Decode(hq.row)
-	}
-	if err != nil || hq.fail != "" {
-		p.log.Warn("mirror query failed", logError, err, "sqlstate", hq.fail)
+	st, err := p.sh.hq.state(q)
+	if err != nil {
+		p.log.Warn("mirror query failed", logError, err, "sqlstate", p.sh.hq.fail)
 		p.mirror.fresh = false
 		return
 	}

@@ -1,6 +1,9 @@
 package wire
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/snowflake-proxy/snowflake-proxy/compat/catalog"
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
@@ -63,6 +66,19 @@ type hiddenQuery struct {
 	rows int
 	err  error
 	fail string // SQLSTATE of an ErrorResponse, if any
+}
+
+// state decodes the hidden query's answer to q.
+func (hq *hiddenQuery) state(q catalog.StateQuery) (catalog.SessionState, error) {
+	switch {
+	case hq.err != nil:
+		return catalog.SessionState{}, hq.err
+	case hq.fail != "":
+		return catalog.SessionState{}, errors.New("the server refused it")
+	case hq.rows != 1:
+		return catalog.SessionState{}, fmt.Errorf("%d rows", hq.rows)
+	}
+	return q.Decode(hq.row)
 }
 
 // apply records the answer to the hidden query of names (sequence names)
