@@ -19,7 +19,7 @@ import (
 )
 
 // The idle subcommand measures what an idle client session costs the
-// proxy (issue 4: at most 64 KiB of heap per session). It runs the proxy
+// proxy (the target: at most 64 KiB of heap per session). It runs the proxy
 // built from the tree in front of a stub upstream inside this process (a
 // real server would need thousands of backends), opens -sessions client
 // sessions that complete startup and then stay idle, and reads the proxy's

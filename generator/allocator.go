@@ -131,7 +131,8 @@ func (a *allocator) next(ctx context.Context, inc int64) (int64, error) {
 // that error and starts nothing.
 //
 // Its loop repeats next's on purpose: with the loop in a function both
-// call, BenchmarkNextParallel went from 29 to 49 ns per ID.
+// call, BenchmarkNextParallel was much slower (bench/README.md, "Figures
+// behind design choices").
 func (a *allocator) tryNext(inc int64) (int64, bool, error) {
 	if a.fenceWant.Load() != a.fenceDone.Load() {
 		if err := a.failingFast(); err != nil {

@@ -14,10 +14,10 @@ type Clock interface {
 // SystemClock reads the wall clock. It may go backwards (NTP steps); the
 // generation rule tolerates that.
 //
-// time.Now costs about 47 ns here (it reads both the wall and the monotonic
-// clock), nearly the whole per-ID budget of issue 4, while time.Since on a
-// Time carrying a monotonic reading costs one read, about 25 ns. So NowMs
-// reads the monotonic clock and adds it to a wall-clock base taken at most
+// time.Now reads both the wall and the monotonic clock, which would be
+// most of the cost of an ID, while time.Since on a Time carrying a
+// monotonic reading costs one read (bench/README.md, "Figures behind
+// design choices"). So NowMs reads the monotonic clock and adds it to a wall-clock base taken at most
 // sysResync ago: a step of the wall clock is followed within sysResync, and
 // NTP slewing changes both clocks alike.
 type SystemClock struct{}

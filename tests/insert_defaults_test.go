@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Column defaults on the fast path (issue 3, DESIGN.md "INSERT defaults"):
+// Column defaults on the fast path (wire/defaults.go):
 // INSERT ... VALUES into a table whose column defaults to snowflake.nextval
 // gets the value from the proxy's generator, for the default's own
 // sequence, so the server never runs the PL/pgSQL nextval. Whether the shim

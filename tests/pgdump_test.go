@@ -16,7 +16,7 @@ import (
 // A pg_dump of a database that uses snowflake defaults (a snowflake column
 // and a serial converted with convert_sequence_to_snowflake) restores into
 // a fresh database, and a proxy in front of the restored database issues
-// only IDs larger than every ID of the original (issue 3).
+// only IDs larger than every ID of the original.
 func TestPgDumpRestoreIssuesLargerIDs(t *testing.T) {
 	e := newEnv(t, 3)
 	e.installExtension(t)

@@ -243,7 +243,7 @@ func (c *uniquenessClient) describe() string {
 
 // statement kinds: the SQL, and what the proxy does with it.
 // The single-call SELECTs are the proxy's fast path; the others go to the
-// shim (INSERT VALUES may be served by the fast path too, issue 3).
+// shim (INSERT VALUES may be served by the fast path too).
 var uniquenessOps = []struct{ name, sql string }{
 	{"SELECT nextval", "SELECT snowflake.nextval('useq')"},
 	{"per-row nextval", "SELECT snowflake.nextval('useq') FROM generate_series(1, 400)"},

@@ -149,17 +149,12 @@ const (
 )
 
 // DefaultEventLoops is Config.EventLoops's default for procs GOMAXPROCS:
-// one loop per core, sessions assigned in turn. Measured on the 2-core
-// benchmark machine (8 clients): one loop relays a round trip with less
-// CPU (16.8-18.0 us per prepared INSERT against 19.9-21.9 with two: more
-// events per wake-up), but that did not raise the INSERT's throughput, it
-// lowered simple-protocol SELECT 1's (38.5-38.8k against 40.5-45.7k a
-// second, interleaved rounds by hand), and sessions the proxy answers
-// alone (SELECT snowflake.nextval()) are bound by the loop thread, 91-96k
-// round trips a second on one loop against 115-121k on two. A load-based
-// policy (fill the first loop, move sessions to the second when its
-// thread is busy) did not tell the two apart here: in both the loop
-// thread's CPU share was about 65%.
+// one loop per core, sessions assigned in turn. On the 2-core benchmark
+// machine one loop relayed a round trip with less CPU (more events per
+// wake-up) but no more throughput, and less for simple-protocol SELECT 1
+// and for the statements the proxy answers alone, which are bound by the
+// loop thread; a load-based policy did not tell the two apart
+// (bench/README.md, "Figures behind design choices").
 //
 // A loop thread waits in epoll_wait holding a P (cmd/snowflake-proxy
 // gives the loops Ps of their own for that reason).

@@ -24,11 +24,9 @@ import (
 // runtime counts a thread in a system call as holding its P: with no P
 // idle, its monitor thread (sysmon) takes the loop's P back 20 µs into
 // every wait and keeps waking every 20 µs to do so, and the loop's return
-// from the kernel takes the slow path to get a P again. Measured on the
-// 2-core benchmark machine (pgbench -M prepared -c 8 SELECT 1, thread run
-// times from schedstat): with GOMAXPROCS 2 and two loops the monitor
-// woke 5,285 times a second and used 1.72 µs of CPU per transaction; with
-// GOMAXPROCS 4, 1,492 times and 0.37 µs.
+// from the kernel takes the slow path to get a P again. With Ps of their
+// own the monitor wakes a few times less often and costs a few times less
+// CPU per transaction (bench/README.md, "Figures behind design choices").
 func setProcs(procs, loops int) (gomaxprocs, eventLoops int) {
 	explicit := procs > 0 || os.Getenv("GOMAXPROCS") != ""
 	switch {
