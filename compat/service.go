@@ -251,9 +251,6 @@ func (s *Service) ExtensionChanged(database string) {
 	}
 }
 
-// Store returns the Service's LeaseStore (for tests and tools).
-func (s *Service) Store() *LeaseStore { return s.store }
-
 // pool returns the control pool of database, creating it on first use.
 // While the Service closes, pools that exist stay usable (the generator
 // reports its last IDs through them) and no new one is made.

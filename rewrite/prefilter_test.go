@@ -83,7 +83,7 @@ func TestPlanUnparsedAssumesEveryEffect(t *testing.T) {
 			t.Errorf("Plan(%q) = %+v, want plan.Unparsed", sql, p)
 		}
 	}
-	want := plan.TouchMirror&^plan.TouchAll | plan.TouchCatalog | plan.TouchShim | plan.TouchSequence
+	want := plan.TouchNode | plan.TouchSearchPath | plan.TouchReadOnly | plan.TouchRole | plan.TouchCatalog | plan.TouchShim | plan.TouchSequence
 	if got := plan.Unparsed.Touches; got != want || plan.Unparsed.Template != nil {
 		t.Errorf("plan.Unparsed: touches %b, template %v; want touches %b and no template", got, plan.Unparsed.Template, want)
 	}

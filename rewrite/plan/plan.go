@@ -103,10 +103,6 @@ const (
 	TouchSequence
 )
 
-// TouchMirror is the set of touches after which the session re-reads its
-// mirror (node, search_path, role, read-only) from the server.
-const TouchMirror = TouchNode | TouchSearchPath | TouchReadOnly | TouchRole | TouchAll
-
 // Local describes a statement the proxy answers without the server: a
 // SELECT whose every output column is a Nextval or Currval slot.
 type Local struct {
