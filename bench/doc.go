@@ -27,6 +27,11 @@
 //     often it crosses into the kernel, per transaction (cpu.go,
 //     crossings.go).
 //
+// main.go parses the flags and runs the harness (harness.go), the rounds
+// (rounds.go) and the results (results.go, output.go); floor.go and
+// siderelay.go run the floor relays and PgBouncer beside the proxy;
+// idle.go is the idle subcommand (memory per idle session).
+//
 // Every process it starts is stopped on exit, on error and on Ctrl-C
 // (procs.go). All traffic stays on 127.0.0.1 and Unix sockets. A target that
 // fails (for example a proxy that does not build yet) shows its error in the

@@ -23,6 +23,5 @@
 //
 // Uniqueness rests on the lease: an allocator issues a position only when it
 // lies inside the lease it currently holds, so every ID that leaves the
-// proxy is covered by durable state in the server (see DESIGN.md, "State and
-// uniqueness model").
+// proxy is covered by durable state in the server (see docs/state-model.md).
 package generator

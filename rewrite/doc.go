@@ -6,6 +6,8 @@
 //
 // Layers, in the order Plan applies them:
 //
+//   - rewriter.go: Config, Rewriter and Plan, which applies the layers
+//     below.
 //   - prefilter.go: NeedsParse decides without parsing or allocating
 //     whether the text may concern the proxy at all. Most traffic stops
 //     here and gets plan.Passthrough.
@@ -26,6 +28,10 @@
 //     each, filled by the session with the shim's SQL.
 //   - setnode.go: SET/RESET snowflake.node become a DO block that enforces
 //     what the real extension enforces (superuser, integer 0..1023).
+//   - insert.go: INSERT ... VALUES targets (also inside WITH), recorded in
+//     plan.Inserts for the session to complete with the targets' defaults.
+//   - relname.go: which relation-name literals are safe to pass to the
+//     session's hidden queries.
 //   - touch.go: which session or catalog state a statement may change.
 //
 // Generated values are computed before a string is sent, from the session's

@@ -8,7 +8,7 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
-// INSERT ... VALUES targets (DESIGN.md, "INSERT defaults"). Which columns
+// INSERT ... VALUES targets (docs/architecture.md, "How IDs are made"). Which columns
 // of the target default to snowflake.nextval is a catalog fact the session
 // learns (and caches) itself, so the analysis records only the shape of the
 // statement: the target's name, its column list and where each row ends and

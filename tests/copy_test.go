@@ -18,7 +18,7 @@ import (
 )
 
 // COPY through the proxy, end to end against the real server. COPY FROM
-// keeps the server's column default (DESIGN.md "INSERT defaults": the shim
+// keeps the server's column default (docs/architecture.md, "How IDs are made": the shim
 // issues one ID per row), and is a statement "that may have issued in the
 // shim": afterwards the session's next fast-path ID is above the shim's
 // (docs/architecture.md "How IDs are made", plan.TouchShim). CopyData messages of pgx
@@ -87,8 +87,8 @@ func copyIDsByPayload(t *testing.T, conn *pgx.Conn, prefix string) []int64 {
 
 // checkFenceAfterCopy checks what must hold on conn right after a COPY that
 // issued copyIDs in the shim (in row order): currval is the last of them
-// (DESIGN.md: "currval per sequence: the value of the latest nextval in the
-// session, whichever path issued it"), and the next IDs from the fast path,
+// (per sequence, the value of the latest nextval in the session, whichever
+// path issued it), and the next IDs from the fast path,
 // a SELECT snowflake.nextval of the default's sequence and an INSERT ...
 // VALUES filled by the proxy, are above every one of them. It also checks
 // that those two really came from the fast path (the server ran no

@@ -345,7 +345,7 @@ func wantError(t testing.TB, what string, err error, code, msg string) {
 	}
 }
 
-// The snowflake layout (PGEDGE_API.md section 1), decoded here independently
+// The snowflake layout (docs/compatibility.md), decoded here independently
 // of the generator package so that the tests check the proxy against the
 // contract, not against its own code.
 const (

@@ -208,7 +208,7 @@ func TestInsertDefaultsInsertSelectUsesTheShim(t *testing.T) {
 	checkIDs(t, "INSERT ... SELECT", ids, insertNode)
 	// A VALUES insert after it shares the one state model: no duplicate.
 	// (Not necessarily larger: the shim issues above the proxy's live
-	// lease, and the proxy continues inside its lease; see DESIGN.md.)
+	// lease, and the proxy continues inside its lease; see docs/state-model.md.)
 	later := mustInt64(t, conn, "INSERT INTO t (n) VALUES (6) RETURNING id")
 	for _, id := range ids {
 		if id == later {

@@ -9,7 +9,7 @@ import (
 )
 
 // Errors and transactions through the proxy, per pgx query exec mode. The
-// expected SQLSTATEs and messages are the extension's (PGEDGE_API.md).
+// expected SQLSTATEs and messages are the extension's (docs/compatibility.md).
 
 func TestPgxNodeUnsetWithoutProxyNode(t *testing.T) {
 	e := newEnv(t, 0) // no --node, and the server has no snowflake.node either

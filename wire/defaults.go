@@ -8,7 +8,7 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
-// Column defaults on the fast path (DESIGN.md, "INSERT defaults").
+// Column defaults on the fast path (docs/architecture.md).
 //
 // A plan with Inserts names the target relations of its INSERT ... VALUES
 // statements. The session learns, with a hidden query at a safe point, which

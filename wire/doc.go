@@ -18,7 +18,8 @@
 //     what, the lock order and the event loop's states:
 //     docs/session.md.
 //   - startup.go, tls.go, cancel.go, auth.go: the startup phase;
-//     startupnode.go: snowflake.node set by the client's startup packet.
+//     startupnode.go: snowflake.node set by the client's startup packet;
+//     upstream.go: dialing the server, with TLS as its sslmode says.
 //   - client.go (client → server) and relay.go (server → client): the pumps.
 //   - frame.go: length-prefixed messages read with a bounded, reusable
 //     buffer; pass-through messages are copied raw, never decoded.

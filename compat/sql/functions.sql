@@ -627,7 +627,7 @@ END
 $fn$;
 
 -- convert_sequence_to_snowflake turns a sequence and the column(s) fed by it
--- into snowflake use (PGEDGE_API.md section 5).
+-- into snowflake use, as the extension's function does.
 CREATE OR REPLACE FUNCTION snowflake.convert_sequence_to_snowflake(p_seqid regclass) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog

@@ -67,7 +67,7 @@ func Build(sql string, edits []Edit) (t *Template, ok bool) {
 
 // Inserts describes the INSERT ... VALUES statements of a string whose
 // omitted or DEFAULT columns the session may fill with generated values
-// (DESIGN.md, "INSERT defaults"). Which columns default to
+// (docs/architecture.md, "How IDs are made"). Which columns default to
 // snowflake.nextval depends on the catalog, the search_path and the role,
 // so the plan keeps what the session needs to build the template itself:
 // the text, the plan's own edits, and where each target's columns and

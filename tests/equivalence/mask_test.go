@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The pgEdge layout (PGEDGE_API.md section 1).
+// The pgEdge layout (docs/compatibility.md).
 const (
 	epochUnixMs = 1672531200000 // 2023-01-01 00:00:00 UTC
 	countBits   = 12

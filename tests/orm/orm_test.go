@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // node is the proxy's --node in these tests.
 const node = 1
 
-// The pgEdge layout (PGEDGE_API.md section 1).
+// The pgEdge layout (docs/compatibility.md).
 const (
 	epochUnixMs = 1672531200000
 	countBits   = 12

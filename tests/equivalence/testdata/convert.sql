@@ -1,4 +1,4 @@
--- convert_sequence_to_snowflake for every case of PGEDGE_API.md section 5:
+-- convert_sequence_to_snowflake for every case the extension's handles:
 -- serial, bigserial, identity ALWAYS and BY DEFAULT, an explicit
 -- DEFAULT nextval('seq'::regclass), a sequence shared by two tables, a plain
 -- unused sequence, and the error cases. Return values and notices must be

@@ -1,8 +1,8 @@
 -- proxy-only: a stock server cannot validate or protect the placeholder
 -- setting snowflake.node for direct sessions (no extension library is
 -- loaded), so this script has no direct counterpart; its golden file is the
--- contract, written from what the pgEdge extension does (PGEDGE_API.md
--- section 4: an integer 0..1023, superuser only).
+-- contract, written from what the pgEdge extension does (docs/compatibility.md:
+-- an integer 0..1023, superuser only).
 -- roles: eq_node_user
 \set VERBOSITY verbose
 \set SHOW_CONTEXT never
