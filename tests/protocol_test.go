@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -163,6 +164,15 @@ func TestProtocolBadInputAfterStartup(t *testing.T) {
 		{"Parse of a snowflake call without parameter count", append(message('P', []byte("\x00SELECT snowflake.nextval()\x00")), sync...), true},
 		{"Bind cut short", append(append(validParse, message('B', []byte("\x00\x00\x00\x01"))...), sync...), true},
 		{"Bind with more values than parameters", append(append(validParse, message('B', []byte("\x00\x00\x00\x00\x00\x02\x00\x00\x00\x011\x00\x00\x00\x012\x00\x00"))...), sync...), true},
+		// Messages the proxy reads with its views (wire/pgmsg) and passes on
+		// unchanged when malformed: the server's answer, as without it.
+		{"Query with a NUL inside its text", message('Q', []byte("SELECT snowflake.nextval()\x00garbage\x00")), true},
+		{"Bind of a snowflake statement with a byte after it", slices.Concat(message('P', []byte("\x00SELECT snowflake.nextval()\x00\x00\x00")),
+			message('B', []byte("\x00\x00\x00\x00\x00\x00\x00\x00x")), sync), true},
+		{"Execute without a row limit", slices.Concat(message('P', []byte("\x00SELECT snowflake.nextval()\x00\x00\x00")),
+			message('B', []byte("\x00\x00\x00\x00\x00\x00\x00\x00")), message('E', []byte("\x00")), sync), true},
+		{"Describe with a byte after the name", append(message('D', []byte("S\x00x")), sync...), true},
+		{"Close with a byte after the name", append(message('C', []byte("S\x00x")), sync...), true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -197,7 +207,7 @@ func wantProtocolErrorThenUsableOrClosed(t *testing.T, fe *pgproto3.Frontend) {
 				t.Errorf("ErrorResponse %s %q, want SQLSTATE 08P01", m.Code, m.Message)
 			}
 			sawError = true
-		case *pgproto3.ParseComplete, *pgproto3.NoticeResponse:
+		case *pgproto3.ParseComplete, *pgproto3.BindComplete, *pgproto3.NoticeResponse:
 		default:
 			t.Fatalf("unexpected %T before the ErrorResponse: %+v", msg, msg)
 		}

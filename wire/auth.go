@@ -3,6 +3,8 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // maxCancelKey is the longest secret key of a BackendKeyData (protocol
@@ -44,9 +46,9 @@ func (ss *session) authenticate() error {
 					return err
 				}
 			}
-			ss.out = append(ss.out[:0], typ, 0, 0, 0, 0)
-			ss.out = append(ss.out, body...)
-			binary.BigEndian.PutUint32(ss.out[1:], uint32(len(body)+4))
+			var start int
+			ss.out, start = pgmsg.Begin(ss.out[:0], typ)
+			ss.out = pgmsg.Finish(append(ss.out, body...), start)
 			if _, err := ss.sh.cw.Write(ss.out); err != nil {
 				return &Error{Kind: KindClientIO, Message: "write", Err: err}
 			}
@@ -54,8 +56,8 @@ func (ss *session) authenticate() error {
 			case 'S':
 				ss.sh.noteParameter(body)
 			case 'Z':
-				if len(body) == 1 {
-					ss.sh.txStatus = body[0]
+				if m, ok := pgmsg.ReadReadyForQuery(body); ok {
+					ss.sh.txStatus = m.Status
 				}
 				if err := ss.sh.cw.Flush(); err != nil {
 					return &Error{Kind: KindClientIO, Message: "write", Err: err}
@@ -180,7 +182,7 @@ func withoutChannelBinding(body []byte) []byte {
 	out := body[:4]
 	rest := body[4:]
 	for {
-		name, next, ok := cstring(rest)
+		name, next, ok := pgmsg.CString(rest)
 		if !ok || len(name) == 0 {
 			break
 		}
@@ -206,7 +208,7 @@ func (ss *session) checkSASLInitial() error {
 	if _, ok := ss.server.(*serverTLS); !ok {
 		return nil
 	}
-	_, rest, ok := cstring(body)
+	_, rest, ok := pgmsg.CString(body)
 	if !ok || len(rest) < 5 || rest[4] != 'y' {
 		return nil
 	}
@@ -218,14 +220,11 @@ func (ss *session) checkSASLInitial() error {
 // marks the mirror stale when it reports a state the fast path depends on.
 // Called with mu held or before the pumps start.
 func (sh *shared) noteParameter(body []byte) {
-	k, rest, ok := cstring(body)
+	m, ok := pgmsg.ReadParameterStatus(body)
 	if !ok {
 		return
 	}
-	v, _, ok := cstring(rest)
-	if !ok {
-		return
-	}
+	k, v := m.Name, m.Value
 	if old, ok := sh.params[string(k)]; ok && old == string(v) {
 		return
 	}

@@ -230,7 +230,7 @@ func (p *clientPump) readFailed(err error) error {
 	if err == io.EOF {
 		// Client closed between messages without Terminate.
 		p.sh.clientGone.Store(true)
-		_, _ = p.sw.Write([]byte{'X', 0, 0, 0, 4})
+		_, _ = p.sw.Write(terminate)
 		_ = p.sw.Flush()
 		return nil
 	}

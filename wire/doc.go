@@ -22,7 +22,10 @@
 //     upstream.go: dialing the server, with TLS as its sslmode says.
 //   - client.go (client → server) and relay.go (server → client): the pumps.
 //   - frame.go: length-prefixed messages read with a bounded, reusable
-//     buffer; pass-through messages are copied raw, never decoded.
+//     buffer; pass-through messages are copied raw, never decoded. The
+//     messages the handlers inspect or change are read and written through
+//     package pgmsg's views, which do not allocate; a malformed one is
+//     passed on unchanged, for the server to report as without the proxy.
 //   - loop.go: the session's side of the event loops: the steps the
 //     loops and the pumps' polls drive (netloop.Steps), when a session
 //     returns to its loop, and the Server's loops. The I/O machinery

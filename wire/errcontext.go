@@ -1,8 +1,9 @@
 package wire
 
 import (
-	"bytes"
 	"strings"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // Errors and notices of the shim carry CONTEXT lines (the W field) that the
@@ -78,29 +79,19 @@ func shimContext(w string, own bool) (string, bool) {
 // NoticeResponse with the shim's CONTEXT lines removed (the whole W field
 // when nothing else remains), and whether it changed.
 func withoutShimContext(body []byte, own bool) ([]byte, bool) {
-	for i := 0; i < len(body) && body[i] != 0; {
-		end := bytes.IndexByte(body[i+1:], 0)
-		if end < 0 {
-			return nil, false
-		}
-		end += i + 1
-		if body[i] == 'W' {
-			w, changed := shimContext(string(body[i+1:end]), own)
-			if !changed {
-				return nil, false
-			}
-			out := make([]byte, 0, len(body))
-			out = append(out, body[:i]...)
-			if w != "" {
-				out = append(out, 'W')
-				out = append(out, w...)
-				out = append(out, 0)
-			}
-			return append(out, body[end+1:]...), true
-		}
-		i = end + 1
+	m, ok := pgmsg.ReadFields(body)
+	if !ok {
+		return nil, false
 	}
-	return nil, false
+	context, ok := m.Get('W')
+	if !ok {
+		return nil, false
+	}
+	w, changed := shimContext(string(context), own)
+	if !changed {
+		return nil, false
+	}
+	return m.AppendReplaced(make([]byte, 0, len(body)), 'W', []byte(w), w == ""), true
 }
 
 // fixError applies what the proxy changes in an ErrorResponse or

@@ -1,10 +1,8 @@
 package wire
 
 import (
-	"encoding/binary"
-	"strconv"
-
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // stmtRec is the proxy's record of a prepared statement whose plan matters
@@ -50,13 +48,12 @@ func (p *clientPump) parse() error {
 	if err != nil {
 		return err
 	}
-	name, rest, ok1 := cstring(body)
-	query, rest, ok2 := cstring(rest)
-	if !ok1 || !ok2 || len(rest) < 2 || len(rest) != 2+4*int(binary.BigEndian.Uint16(rest)) {
+	msg, ok := pgmsg.ReadParse(body)
+	if !ok {
 		p.push(owed{kind: owedParse})
 		return p.cr.pass(p.sw) // the server reports the malformed message
 	}
-	noids := int(binary.BigEndian.Uint16(rest))
+	name, query := msg.Name, msg.Query
 	pl := p.plan(query)
 	var rec *stmtRec
 	if pl != plan.Passthrough {
@@ -67,16 +64,16 @@ func (p *clientPump) parse() error {
 		if err != nil {
 			return p.handOver(query, pl, err)
 		}
-		rec = &stmtRec{pl: pl, base: max(pl.MaxParam, noids)}
+		rec = &stmtRec{pl: pl, base: max(pl.MaxParam, msg.NumTypes())}
 		rec.setTemplate(t)
 		rec.shimDefaults = shim
 		rec.gen = p.mirror.gen
 		if pl.Inserts != nil && len(name) > 0 {
 			// Non-nil even without types: it marks the record for revalidate.
-			rec.types = append(make([]byte, 0, len(rest)-2), rest[2:]...)
+			rec.types = append(make([]byte, 0, len(msg.Types())), msg.Types()...)
 		}
 	}
-	ok := true
+	ok = true
 	if rec != nil && rec.t != nil {
 		// Extension SQL, and a chance to refresh the mirror while the
 		// session is still at a safe point (the Bind that follows will not
@@ -106,7 +103,7 @@ func (p *clientPump) parse() error {
 		p.push(owed{kind: owedParse})
 		return p.cr.pass(p.sw)
 	}
-	p.out = p.appendParse(p.out[:0], name, rec, rest[2:], noids)
+	p.out = p.appendParse(p.out[:0], name, rec, msg.Types())
 	p.cr.consume()
 	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, true), confirm: &rec.parsed})
 	_, err = p.sw.Write(p.out)
@@ -126,24 +123,20 @@ func (rec *stmtRec) setTemplate(t *plan.Template) {
 }
 
 // appendParse appends a Parse of the statement's template: the client's
-// parameter types (types, noids of them), unspecified types up to base,
-// then int8 for each injected parameter.
-func (p *clientPump) appendParse(dst, name []byte, rec *stmtRec, types []byte, noids int) []byte {
-	var start int
-	dst, start = appendHeader(dst, 'P')
-	dst = append(dst, name...)
-	dst = append(dst, 0)
+// parameter types (4 bytes each), unspecified types up to base, then int8
+// for each injected parameter.
+func (p *clientPump) appendParse(dst, name []byte, rec *stmtRec, types []byte) []byte {
+	dst, start := pgmsg.BeginParse(dst, name)
 	dst = rec.t.RenderParams(dst, rec.base, p.vals)
-	dst = append(dst, 0)
-	dst = append16(dst, rec.base+rec.ids)
+	dst = pgmsg.EndParseText(dst, rec.base+rec.ids)
 	dst = append(dst, types...)
-	for i := noids; i < rec.base; i++ {
-		dst = append32(dst, 0)
+	for i := len(types) / 4; i < rec.base; i++ {
+		dst = pgmsg.AppendInt32(dst, 0)
 	}
 	for i := 0; i < rec.ids; i++ {
-		dst = append32(dst, int8OID)
+		dst = pgmsg.AppendInt32(dst, int8OID)
 	}
-	return finishMsg(dst, start)
+	return pgmsg.Finish(dst, start)
 }
 
 // bind handles Bind: for a statement with ID slots, one value per slot is
@@ -154,10 +147,9 @@ func (p *clientPump) bind() error {
 	if err != nil {
 		return err
 	}
-	portal, rest, ok1 := cstring(body)
-	stmt, rest, ok2 := cstring(rest)
+	portal, stmt, named := pgmsg.BindNames(body)
 	var rec *stmtRec
-	if ok1 && ok2 {
+	if named {
 		rec = p.stmt(stmt)
 	}
 	portalWasLive := p.portalLive
@@ -169,14 +161,13 @@ func (p *clientPump) bind() error {
 			return err
 		}
 	}
-	// Layout: formats (int16 n, n int16), params (int16 n, n × (int32 len,
-	// bytes)), result formats (the rest).
-	var nf, pos, fmtEnd, np, ppos, end int
-	layout := false
+	// Only a Bind that gets IDs is read whole.
+	var msg pgmsg.Bind
+	wellFormed := false
 	allValid := false
 	if rec != nil && rec.ids != 0 {
-		nf, pos, fmtEnd, np, ppos, end, layout = bindLayout(rest)
-		if layout {
+		msg, wellFormed = pgmsg.ReadBind(body)
+		if wellFormed {
 			if allValid, _, err = p.values(rec.t, true, true, false); err != nil {
 				return err
 			}
@@ -185,7 +176,7 @@ func (p *clientPump) bind() error {
 	// The Bind is handled here for good. Its portal is live unless a
 	// state() above found the safe point in 'I' that ends it (as when the
 	// record came first: portal records predate the checks).
-	if ok1 && ok2 {
+	if named {
 		p.setPortal(portal, rec, !p.idleSeen)
 	}
 	if rec == nil || rec.ids == 0 {
@@ -195,35 +186,21 @@ func (p *clientPump) bind() error {
 		p.push(owed{kind: owedBind})
 		return p.cr.pass(p.sw)
 	}
-	if !layout {
+	if !wellFormed {
 		p.push(owed{kind: owedBind})
-		return p.cr.pass(p.sw)
+		return p.cr.pass(p.sw) // the server reports the malformed message
 	}
-	bin := nf == 1 && binaryAt(rest, pos)
 	left := p.noteShimSlots(rec.t)
 	p.srv.countFallback(p.executionFallback(rec.shimDefaults, left, rec.pl))
 	if allValid && rec.pl.Local != nil && len(portal) == 0 {
-		if done, err := p.bindLocally(rec, rest, nf, pos, np, end, portalWasLive); done || err != nil {
+		if done, err := p.bindLocally(rec, msg, portalWasLive); done || err != nil {
 			return err
 		}
 	}
 	var start int
-	p.out, start = appendHeader(p.out[:0], 'B')
-	p.out = append(p.out, body[:len(portal)+len(stmt)+2]...)
-	if nf > 1 {
-		p.out = append16(p.out, nf+rec.ids)
-		p.out = append(p.out, rest[pos:fmtEnd]...)
-		for i := 0; i < rec.ids; i++ {
-			p.out = append16(p.out, 0)
-		}
-	} else {
-		p.out = append(p.out, rest[:fmtEnd]...)
-	}
-	p.out = append16(p.out, np+rec.ids)
-	p.out = append(p.out, rest[ppos:end]...)
-	p.out = appendIDParams(p.out, rec.t, p.vals, bin)
-	p.out = append(p.out, rest[end:]...)
-	p.out = finishMsg(p.out, start)
+	p.out, start = msg.AppendWithParams(p.out[:0], rec.ids)
+	p.out = appendIDParams(p.out, rec.t, p.vals, msg.AppendedParamsBinary())
+	p.out = msg.FinishWithParams(p.out, start)
 	p.cr.consume()
 	p.push(owed{kind: owedBind})
 	_, err = p.sw.Write(p.out)
@@ -243,41 +220,6 @@ func (p *clientPump) setPortal(name []byte, rec *stmtRec, live bool) {
 	}
 }
 
-// bindLayout reads the layout of a Bind body after the portal and
-// statement names: the format codes (nf of them from pos to fmtEnd), the
-// parameters (np of them from ppos to end), then the result formats. ok is
-// false when the body is malformed (the server reports it).
-func bindLayout(rest []byte) (nf, pos, fmtEnd, np, ppos, end int, ok bool) {
-	nf, pos, ok1 := count16(rest, 0)
-	fmtEnd = pos + 2*nf
-	np, ppos, ok2 := count16(rest, fmtEnd)
-	if !ok1 || !ok2 {
-		return nf, pos, fmtEnd, np, ppos, 0, false
-	}
-	end = ppos
-	for i := 0; i < np && end >= 0; i++ {
-		if end+4 > len(rest) {
-			end = -1
-			break
-		}
-		l := int32(binary.BigEndian.Uint32(rest[end:]))
-		end += 4
-		if l > 0 {
-			end += int(l)
-		}
-	}
-	return nf, pos, fmtEnd, np, ppos, end, end >= 0 && end <= len(rest)
-}
-
-// count16 reads an int16 count at off: the count and the offset after it.
-func count16(b []byte, off int) (int, int, bool) {
-	if off < 0 || off+2 > len(b) {
-		return 0, 0, false
-	}
-	n := int(binary.BigEndian.Uint16(b[off:]))
-	return n, off + 2, off+2+2*n <= len(b)
-}
-
 // appendIDParams appends Bind parameter values for the ID slots of t, in
 // slot order: NULL for a value the proxy has not (the server's shim then
 // issues it), else int8 in binary or text.
@@ -286,30 +228,14 @@ func appendIDParams(dst []byte, t *plan.Template, vals []plan.Value, bin bool) [
 		if !s.Op.IsID() {
 			continue
 		}
-		v := vals[i]
-		switch {
-		case !v.Valid:
-			dst = append32(dst, -1)
-		case bin:
-			dst = append32(dst, 8)
-			dst = binaryAppendInt64(dst, v.ID)
-		default:
-			at := len(dst)
-			dst = append32(dst, 0)
-			dst = strconv.AppendInt(dst, v.ID, 10)
-			binaryPut32(dst[at:], len(dst)-at-4)
+		if v := vals[i]; v.Valid {
+			dst = pgmsg.AppendInt64Param(dst, v.ID, bin)
+		} else {
+			dst = pgmsg.AppendNullParam(dst)
 		}
 	}
 	return dst
 }
-
-func binaryAt(b []byte, off int) bool { return binary.BigEndian.Uint16(b[off:]) == 1 }
-
-func binaryAppendInt64(dst []byte, v int64) []byte {
-	return binary.BigEndian.AppendUint64(dst, uint64(v))
-}
-
-func binaryPut32(b []byte, v int) { binary.BigEndian.PutUint32(b, uint32(v)) }
 
 // describe handles Describe: for a statement with injected parameters the
 // server pump strips them from the ParameterDescription.
@@ -319,12 +245,10 @@ func (p *clientPump) describe() error {
 		return err
 	}
 	o := owed{kind: owedDescribePortal}
-	if len(body) >= 2 && body[0] == 'S' {
+	if msg, ok := pgmsg.ReadDescribe(body); ok && msg.Kind == 'S' {
 		o.kind = owedDescribeStmt
-		if name, _, ok := cstring(body[1:]); ok {
-			if rec := p.stmt(name); rec != nil {
-				o.strip = rec.ids
-			}
+		if rec := p.stmt(msg.Name); rec != nil {
+			o.strip = rec.ids
 		}
 	}
 	p.push(o)
@@ -339,8 +263,8 @@ func (p *clientPump) execute() error {
 		return err
 	}
 	o := owed{kind: owedExecute}
-	if name, _, ok := cstring(body); ok {
-		if rec := p.portal(name); rec != nil {
+	if msg, ok := pgmsg.ReadExecute(body); ok {
+		if rec := p.portal(msg.Portal); rec != nil {
 			o.stmts = rec.pl.Statements
 			p.effects(rec.pl)
 			if rec.shimDefaults != 0 {
@@ -358,18 +282,16 @@ func (p *clientPump) closeMsg() error {
 	if err != nil {
 		return err
 	}
-	if len(body) >= 2 {
-		if name, _, ok := cstring(body[1:]); ok {
-			switch body[0] {
-			case 'S':
-				if len(name) == 0 {
-					p.unnamed = nil
-				} else {
-					delete(p.stmts, string(name))
-				}
-			case 'P':
-				p.setPortal(name, nil, false)
+	if msg, ok := pgmsg.ReadClose(body); ok {
+		switch msg.Kind {
+		case 'S':
+			if len(msg.Name) == 0 {
+				p.unnamed = nil
+			} else {
+				delete(p.stmts, string(msg.Name))
 			}
+		case 'P':
+			p.setPortal(msg.Name, nil, false)
 		}
 	}
 	p.push(owed{kind: owedClose})

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // Local answers in the extended protocol.
@@ -42,49 +43,68 @@ type localGroup struct {
 // scanLocalGroup reads b, the client input buffered after a Bind:
 // [Describe portal ""] Execute "" (row limit that ends the portal) Sync.
 func scanLocalGroup(b []byte) (g localGroup, ok bool) {
-	if len(b) >= 7 && b[0] == 'D' && binary.BigEndian.Uint32(b[1:]) == 6 && b[5] == 'P' && b[6] == 0 {
-		g.describe, g.n = true, 7
+	typ, body, rest, ok := nextMessage(b)
+	if ok && typ == pgmsg.TypeDescribe {
+		d, ok := pgmsg.ReadDescribe(body)
+		if !ok || d.Kind != 'P' || len(d.Name) != 0 {
+			return g, false
+		}
+		g.describe = true
+		typ, body, rest, ok = nextMessage(rest)
 	}
-	e := b[g.n:]
-	if len(e) < 10 || e[0] != 'E' || binary.BigEndian.Uint32(e[1:]) != 9 || e[5] != 0 {
+	if !ok || typ != pgmsg.TypeExecute {
 		return g, false
 	}
-	if maxRows := int32(binary.BigEndian.Uint32(e[6:])); maxRows == 1 {
-		return g, false // PostgreSQL suspends the portal after its one row
-	}
-	g.n += 10
-	s := b[g.n:]
-	if len(s) < 5 || s[0] != 'S' || binary.BigEndian.Uint32(s[1:]) != 4 {
+	e, ok := pgmsg.ReadExecute(body)
+	if !ok || len(e.Portal) != 0 || e.MaxRows == 1 { // 1: PostgreSQL suspends the portal after its one row
 		return g, false
 	}
-	g.n += 5
+	typ, body, rest, ok = nextMessage(rest)
+	if !ok || typ != pgmsg.TypeSync || len(body) != 0 {
+		return g, false
+	}
+	g.n = len(b) - len(rest)
 	return g, true
 }
 
-// bindLocally answers the Bind being handled, and the group that follows
-// it, when the conditions above hold; p.vals holds the values generated for
-// this Bind (all valid). rest is the Bind body after the portal and
-// statement names; nf, pos, np and end its layout as bind read it.
-// portalWasLive is portalLive before this Bind.
-func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int, portalWasLive bool) (done bool, err error) {
+// nextMessage splits the next whole message off b: its type, its body and
+// what follows; ok is false when b does not hold a whole message.
+func nextMessage(b []byte) (typ byte, body, rest []byte, ok bool) {
+	if len(b) < pgmsg.HeaderSize {
+		return 0, nil, nil, false
+	}
+	n := binary.BigEndian.Uint32(b[1:])
+	if n < 4 || uint64(n)+1 > uint64(len(b)) {
+		return 0, nil, nil, false
+	}
+	return b[0], b[pgmsg.HeaderSize : n+1], b[n+1:], true
+}
+
+// bindLocally answers the Bind being handled (msg), and the group that
+// follows it, when the conditions above hold; p.vals holds the values
+// generated for this Bind (all valid). portalWasLive is portalLive before
+// this Bind.
+func (p *clientPump) bindLocally(rec *stmtRec, msg pgmsg.Bind, portalWasLive bool) (done bool, err error) {
 	pl := rec.pl
 	m := &p.mirror
-	if pl.Local == nil || rec.t != pl.Template || rec.shimDefaults != 0 || rec.base != 0 || np != 0 || nf > 1 ||
+	if pl.Local == nil || rec.t != pl.Template || rec.shimDefaults != 0 || rec.base != 0 || msg.NumParams() != 0 ||
+		msg.NumFormats() > 1 ||
 		pl.Touches != 0 || len(pl.Statements) != 1 || pl.Statements[0].Tag != "" ||
 		!m.fresh || m.readOnly || len(pl.Local.Columns) != len(p.vals) || !p.cr.peeked {
 		return false, nil
 	}
-	if nf == 1 && binary.BigEndian.Uint16(rest[pos:]) > 1 {
+	// The one parameter format code, if sent, must be one PostgreSQL
+	// accepts (there are no parameters for it to apply to).
+	if f := msg.ParamFormat(0); msg.NumFormats() == 1 && f != 0 && f != 1 {
 		return false, nil
 	}
 	ncols := len(pl.Local.Columns)
-	nr, rpos, ok := count16(rest, end)
-	if !ok || rpos+2*nr != len(rest) || (nr != 0 && nr != 1 && nr != ncols) {
+	nr := msg.NumResultFormats()
+	if nr != 0 && nr != 1 && nr != ncols {
 		return false, nil
 	}
-	formats := rest[rpos:]
 	for i := 0; i < nr; i++ {
-		if binary.BigEndian.Uint16(formats[2*i:]) > 1 {
+		if f := msg.ResultFormat(i); f != 0 && f != 1 {
 			return false, nil
 		}
 	}
@@ -105,7 +125,7 @@ func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int
 	if !safe || !(status == 'I' || status == 'T' && !portalWasLive) {
 		return false, nil
 	}
-	p.out = appendExtLocalAnswer(p.out[:0], pl.Local.Columns, p.vals, formats, g.describe, status)
+	p.out = appendExtLocalAnswer(p.out[:0], pl.Local.Columns, p.vals, msg, g.describe, status)
 	p.cr.consume()
 	_, _ = p.cr.R.Discard(g.n)
 	p.setPortal(nil, nil, false)
@@ -115,11 +135,9 @@ func (p *clientPump) bindLocally(rec *stmtRec, rest []byte, nf, pos, np, end int
 }
 
 // appendExtLocalAnswer encodes the answer to Bind, [Describe portal],
-// Execute, Sync of a one-row SELECT of int8 columns, with the Bind's result
-// format codes (none: text; one: for all columns; else one per column).
-func appendExtLocalAnswer(dst []byte, cols []string, vals []plan.Value, formats []byte, describe bool, status byte) []byte {
-	var start int
-	dst, start = appendHeader(dst, '2') // BindComplete
-	dst = finishMsg(dst, start)
-	return appendInt8Result(dst, cols, vals, formats, describe, status)
+// Execute, Sync of a one-row SELECT of int8 columns, in the result formats
+// the Bind asks for.
+func appendExtLocalAnswer(dst []byte, cols []string, vals []plan.Value, bind pgmsg.Bind, describe bool, status byte) []byte {
+	dst = pgmsg.AppendEmpty(dst, pgmsg.TypeBindComplete)
+	return appendInt8Result(dst, cols, vals, bind, describe, status)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 const (
@@ -124,7 +125,7 @@ func (f *frameReader) pass(w *bufio.Writer) error {
 		_, err = w.Write(f.cur)
 	} else {
 		f.hdr[0] = f.typ
-		finishMsgLen(f.hdr[:], 0, f.n)
+		pgmsg.FinishLen(f.hdr[:], 0, f.n)
 		if _, err = w.Write(f.hdr[:]); err == nil {
 			_, err = w.Write(f.buf[:f.n])
 		}
@@ -174,23 +175,6 @@ func unexpected(err error) error {
 	return err
 }
 
-// appendHeader starts a message of type typ; finish it with finishMsg.
-func appendHeader(dst []byte, typ byte) ([]byte, int) {
-	start := len(dst)
-	return append(dst, typ, 0, 0, 0, 0), start
-}
-
-func finishMsg(dst []byte, start int) []byte {
-	binary.BigEndian.PutUint32(dst[start+1:], uint32(len(dst)-start-1))
-	return dst
-}
-
-// cstring splits b at its first NUL: the string and the rest after it.
-func cstring(b []byte) ([]byte, []byte, bool) {
-	for i, c := range b {
-		if c == 0 {
-			return b[:i], b[i+1:], true
-		}
-	}
-	return nil, nil, false
-}
+// terminate is the Terminate message the proxy sends a server whose client
+// left.
+var terminate = pgmsg.AppendEmpty(nil, pgmsg.TypeTerminate)

@@ -1,12 +1,11 @@
 package wire
 
 import (
-	"encoding/binary"
-
 	"github.com/snowflake-proxy/snowflake-proxy/compat/catalog"
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // values fills p.vals, one per slot of t, for one execution: generated IDs
@@ -256,9 +255,9 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// hiddenName names the statement and portal of hidden queries (with its
-// NUL): no client names its statements so.
-const hiddenName = "snowflake-proxy hidden\x00"
+// hiddenName names the statement and portal of hidden queries: no client
+// names its statements so.
+const hiddenName = "snowflake-proxy hidden"
 
 // refresh runs the hidden mirror query on the session's server connection
 // (the caller checked the safe point) and applies its result: settings,
@@ -268,29 +267,16 @@ func (p *clientPump) refresh(names, rels []string) {
 	// a simple Query would destroy the client's unnamed statement and
 	// portal, which the client may still use after a Sync.
 	var start int
-	p.out, start = appendHeader(p.out[:0], 'P')
-	p.out = append(p.out, hiddenName...)
+	p.out, start = pgmsg.BeginParse(p.out[:0], hiddenName)
 	q := catalog.StateQuery{Sequences: names, Targets: rels}
 	p.out = q.AppendSQL(p.out)
-	p.out = append(p.out, 0, 0, 0) // end of text, no parameter types
-	p.out = finishMsg(p.out, start)
-	p.out, start = appendHeader(p.out, 'B')
-	p.out = append(p.out, hiddenName...)
-	p.out = append(p.out, hiddenName...)
-	p.out = append(p.out, 0, 0, 0, 0, 0, 0) // no formats, parameters, result formats: text
-	p.out = finishMsg(p.out, start)
-	p.out, start = appendHeader(p.out, 'E')
-	p.out = append(p.out, hiddenName...)
-	p.out = append(p.out, 0, 0, 0, 0) // all rows
-	p.out = finishMsg(p.out, start)
-	for _, kind := range [2]byte{'P', 'S'} {
-		p.out, start = appendHeader(p.out, 'C')
-		p.out = append(p.out, kind)
-		p.out = append(p.out, hiddenName...)
-		p.out = finishMsg(p.out, start)
-	}
-	p.out, start = appendHeader(p.out, 'S')
-	p.out = finishMsg(p.out, start)
+	p.out = pgmsg.Finish(pgmsg.EndParseText(p.out, 0), start)
+	p.out, start = pgmsg.BeginBind(p.out, hiddenName, hiddenName, 0)
+	p.out = pgmsg.FinishBind(p.out, start)
+	p.out = pgmsg.AppendExecute(p.out, hiddenName, 0) // all rows
+	p.out = pgmsg.AppendClose(p.out, 'P', hiddenName)
+	p.out = pgmsg.AppendClose(p.out, 'S', hiddenName)
+	p.out = pgmsg.AppendEmpty(p.out, pgmsg.TypeSync)
 	p.sh.hq = hiddenQuery{}
 	p.sh.hiddenActive.Store(true)
 	_, err := p.sw.Write(p.out)
@@ -353,8 +339,8 @@ func (p *serverPump) hidden(typ byte) error {
 			return err
 		}
 		p.sh.mu.Lock()
-		if len(body) == 1 {
-			p.sh.txStatus = body[0]
+		if m, ok := pgmsg.ReadReadyForQuery(body); ok {
+			p.sh.txStatus = m.Status
 		}
 		p.sh.mu.Unlock()
 		p.sr.consume()
@@ -365,46 +351,33 @@ func (p *serverPump) hidden(typ byte) error {
 	return p.sr.skip()
 }
 
-// decodeDataRow copies the fields of a DataRow; nil for NULL.
+// decodeDataRow copies the fields of a DataRow; nil for NULL, and nil for
+// a malformed row.
 func decodeDataRow(b []byte) []*string {
-	if len(b) < 2 {
+	m, ok := pgmsg.ReadDataRow(b)
+	if !ok {
 		return nil
 	}
-	n := int(binary.BigEndian.Uint16(b))
-	b = b[2:]
-	row := make([]*string, 0, n)
-	for i := 0; i < n; i++ {
-		if len(b) < 4 {
-			return nil
-		}
-		l := int32(binary.BigEndian.Uint32(b))
-		b = b[4:]
-		if l < 0 {
+	row := make([]*string, 0, m.NumColumns())
+	for vs := m.Values(); vs.Len() > 0; {
+		v, null := vs.Next()
+		if null {
 			row = append(row, nil)
 			continue
 		}
-		if int(l) > len(b) {
-			return nil
-		}
-		s := string(b[:l])
+		s := string(v)
 		row = append(row, &s)
-		b = b[l:]
 	}
 	return row
 }
 
-// errorField returns one field of an ErrorResponse or NoticeResponse body.
-func errorField(b []byte, field byte) string {
-	for len(b) > 1 {
-		f := b[0]
-		v, rest, ok := cstring(b[1:])
-		if !ok {
-			return ""
-		}
-		if f == field {
-			return string(v)
-		}
-		b = rest
+// errorField returns one field of an ErrorResponse or NoticeResponse body
+// ("" when it has none or is malformed).
+func errorField(b []byte, code byte) string {
+	m, ok := pgmsg.ReadFields(b)
+	if !ok {
+		return ""
 	}
-	return ""
+	v, _ := m.Get(code)
+	return string(v)
 }

@@ -1,9 +1,8 @@
 package wire
 
 import (
-	"strconv"
-
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // Type facts of int8, as PostgreSQL describes an int8 result column.
@@ -53,70 +52,27 @@ func (p *clientPump) sendLocal() error {
 // appendLocalAnswer encodes the answer to a Query of a one-row SELECT of
 // int8 columns (text format, as the simple protocol always is).
 func appendLocalAnswer(dst []byte, cols []string, vals []plan.Value, status byte) []byte {
-	return appendInt8Result(dst, cols, vals, nil, true, status)
+	return appendInt8Result(dst, cols, vals, pgmsg.Bind{}, true, status)
 }
 
 // appendInt8Result encodes the result of a one-row SELECT of int8 columns:
 // RowDescription (when describe), DataRow, CommandComplete "SELECT 1" and
-// ReadyForQuery. formats are Bind result format codes as sent (none: text;
-// one: for all columns; else one per column).
-func appendInt8Result(dst []byte, cols []string, vals []plan.Value, formats []byte, describe bool, status byte) []byte {
+// ReadyForQuery, in the result formats bind asks for (a zero Bind: text).
+func appendInt8Result(dst []byte, cols []string, vals []plan.Value, bind pgmsg.Bind, describe bool, status byte) []byte {
 	var start int
 	if describe {
-		dst, start = appendHeader(dst, 'T')
-		dst = append16(dst, len(cols))
+		dst, start = pgmsg.BeginRowDescription(dst, len(cols))
 		for i, c := range cols {
-			dst = append(dst, c...)
-			dst = append(dst, 0)
-			dst = append32(dst, 0) // table OID
-			dst = append16(dst, 0) // attribute number
-			dst = append32(dst, int8OID)
-			dst = append16(dst, int8Size)
-			dst = append32(dst, -1) // type modifier
-			if binaryFormat(formats, i) {
-				dst = append16(dst, 1)
-			} else {
-				dst = append16(dst, 0)
-			}
+			dst = pgmsg.AppendField(dst, c, pgmsg.Field{TypeOID: int8OID, TypeSize: int8Size, TypeModifier: -1,
+				Format: bind.ResultFormat(i)})
 		}
-		dst = finishMsg(dst, start)
+		dst = pgmsg.Finish(dst, start)
 	}
-	dst, start = appendHeader(dst, 'D')
-	dst = append16(dst, len(vals))
+	dst, start = pgmsg.BeginDataRow(dst, len(vals))
 	for i, v := range vals {
-		if binaryFormat(formats, i) {
-			dst = append32(dst, int8Size)
-			dst = binaryAppendInt64(dst, v.ID)
-			continue
-		}
-		at := len(dst)
-		dst = append32(dst, 0)
-		dst = strconv.AppendInt(dst, v.ID, 10)
-		binaryPut32(dst[at:], len(dst)-at-4)
+		dst = pgmsg.AppendInt64Param(dst, v.ID, bind.ResultFormat(i) == 1)
 	}
-	dst = finishMsg(dst, start)
-	dst, start = appendHeader(dst, 'C')
-	dst = append(dst, "SELECT 1\x00"...)
-	dst = finishMsg(dst, start)
-	dst, start = appendHeader(dst, 'Z')
-	dst = append(dst, status)
-	return finishMsg(dst, start)
-}
-
-// binaryFormat reports whether column i is sent in binary under the Bind
-// result format codes formats (2 bytes each).
-func binaryFormat(formats []byte, i int) bool {
-	switch len(formats) / 2 {
-	case 0:
-		return false
-	case 1:
-		return formats[1] == 1
-	}
-	return formats[2*i+1] == 1
-}
-
-func append16(dst []byte, v int) []byte { return append(dst, byte(v>>8), byte(v)) }
-
-func append32(dst []byte, v int) []byte {
-	return append(dst, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	dst = pgmsg.Finish(dst, start)
+	dst = pgmsg.AppendCommandComplete(dst, "SELECT 1")
+	return pgmsg.ReadyForQuery{Status: status}.Append(dst)
 }

@@ -1,10 +1,10 @@
 package wire
 
 import (
-	"bytes"
 	"strconv"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // posMap is what it takes to map an error cursor in a rewritten text back to
@@ -29,27 +29,22 @@ func newPosMap(t *plan.Template, vals []plan.Value, base int, params bool) *posM
 // Regression: psql's caret pointed into the rewritten text (tests/psql
 // errors.sql, equivalence currval.sql).
 func (m *posMap) fixPosition(body []byte) ([]byte, bool) {
-	for i := 0; i < len(body) && body[i] != 0; {
-		end := bytes.IndexByte(body[i+1:], 0)
-		if end < 0 {
-			return nil, false
-		}
-		end += i + 1
-		if body[i] == 'P' {
-			pos, err := strconv.Atoi(string(body[i+1 : end]))
-			if err != nil {
-				return nil, false
-			}
-			src := m.t.SourcePos(pos, m.vals, m.base, m.params)
-			if src == 0 || src == pos {
-				return nil, false
-			}
-			out := make([]byte, 0, len(body)+4)
-			out = append(out, body[:i+1]...)
-			out = strconv.AppendInt(out, int64(src), 10)
-			return append(out, body[end:]...), true
-		}
-		i = end + 1
+	fields, ok := pgmsg.ReadFields(body)
+	if !ok {
+		return nil, false
 	}
-	return nil, false
+	p, ok := fields.Get('P')
+	if !ok {
+		return nil, false
+	}
+	pos, err := strconv.Atoi(string(p))
+	if err != nil {
+		return nil, false
+	}
+	src := m.t.SourcePos(pos, m.vals, m.base, m.params)
+	if src == 0 || src == pos {
+		return nil, false
+	}
+	var digits [20]byte
+	return fields.AppendReplaced(make([]byte, 0, len(body)+4), 'P', strconv.AppendInt(digits[:0], int64(src), 10), false), true
 }

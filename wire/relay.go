@@ -6,6 +6,7 @@ import (
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // serverPump copies server messages to the client (phase 6 of doc.go). It
@@ -247,8 +248,8 @@ func (p *serverPump) swallow(k owedKind) bool { return p.complete(k, 0) }
 func (p *serverPump) ready(body []byte) {
 	p.sh.mu.Lock()
 	defer p.sh.mu.Unlock()
-	if len(body) == 1 {
-		p.sh.txStatus = body[0]
+	if m, ok := pgmsg.ReadReadyForQuery(body); ok {
+		p.sh.txStatus = m.Status
 	}
 	p.sh.readies++
 	for !p.sh.q.empty() {
@@ -291,14 +292,10 @@ func (p *serverPump) commandComplete() error {
 	if tag == "" {
 		return p.sr.forward(p.sh.cw)
 	}
-	if _, err := p.sr.read(); err != nil {
+	if err := p.sr.skip(); err != nil {
 		return err
 	}
-	var start int
-	p.sout, start = appendHeader(p.sout[:0], 'C')
-	p.sout = append(p.sout, tag...)
-	p.sout = append(p.sout, 0)
-	p.sout = finishMsg(p.sout, start)
+	p.sout = pgmsg.AppendCommandComplete(p.sout[:0], tag)
 	_, err := p.sh.cw.Write(p.sout)
 	return err
 }
@@ -306,32 +303,30 @@ func (p *serverPump) commandComplete() error {
 // parameterDescription hides the strip trailing parameters the proxy
 // injected (pgx's default mode binds exactly the parameters it is told of).
 func (p *serverPump) parameterDescription(strip int) error {
-	body, err := p.sr.read()
+	body, err := p.sr.body()
 	if err != nil {
 		return err
 	}
-	if len(body) >= 2 {
-		n := int(body[0])<<8 | int(body[1])
-		if n >= strip && len(body) == 2+4*n {
-			n -= strip
-			body[0], body[1] = byte(n>>8), byte(n)
-			body = body[:2+4*n]
-		}
+	m, ok := pgmsg.ReadParameterDescription(body)
+	if !ok || m.NumParams() < strip {
+		return p.sr.pass(p.sh.cw)
 	}
-	return p.write('t', body)
+	p.sout = m.WithoutLast(strip).Append(p.sout[:0])
+	p.sr.consume()
+	_, err = p.sh.cw.Write(p.sout)
+	return err
 }
 
 // write sends a message whose body was read.
 func (p *serverPump) write(typ byte, body []byte) error {
 	var start int
-	p.sout, start = appendHeader(p.sout[:0], typ)
+	p.sout, start = pgmsg.Begin(p.sout[:0], typ)
 	if len(body) < 1024 {
-		p.sout = append(p.sout, body...)
-		p.sout = finishMsg(p.sout, start)
+		p.sout = pgmsg.Finish(append(p.sout, body...), start)
 		_, err := p.sh.cw.Write(p.sout)
 		return err
 	}
-	p.sout = finishMsgLen(p.sout, start, len(body))
+	p.sout = pgmsg.FinishLen(p.sout, start, len(body))
 	if _, err := p.sh.cw.Write(p.sout); err != nil {
 		return err
 	}
@@ -339,26 +334,10 @@ func (p *serverPump) write(typ byte, body []byte) error {
 	return err
 }
 
-func finishMsgLen(dst []byte, start, bodyLen int) []byte {
-	n := uint32(bodyLen + 4)
-	dst[start+1], dst[start+2], dst[start+3], dst[start+4] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
-	return dst
-}
-
 // isFatal reports whether an ErrorResponse body has severity FATAL or PANIC.
 func isFatal(body []byte) bool {
-	for len(body) > 1 {
-		f := body[0]
-		v, rest, ok := cstring(body[1:])
-		if !ok {
-			return false
-		}
-		if f == 'V' || f == 'S' {
-			return string(v) == "FATAL" || string(v) == "PANIC"
-		}
-		body = rest
-	}
-	return false
+	m, ok := pgmsg.ReadFields(body)
+	return ok && m.Fatal()
 }
 
 // touchSettings are the touches after which node, read-only state and role

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // Prepared INSERTs whose defaults changed. PostgreSQL re-analyses a
@@ -52,20 +53,14 @@ func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 		return nil
 	}
 	rec.setTemplate(t)
-	// Close ('C', 'S', name) then Parse under the same name.
-	var start int
-	p.out, start = appendHeader(p.out[:0], 'C')
-	p.out = append(p.out, 'S')
-	p.out = append(p.out, name...)
-	p.out = append(p.out, 0)
-	p.out = finishMsg(p.out, start)
+	// Close of the statement, then Parse under the same name.
+	p.out = pgmsg.AppendClose(p.out[:0], 'S', name)
 	p.push(owed{kind: owedHiddenClose})
 	if _, err := p.sw.Write(p.out); err != nil {
 		return err
 	}
-	noids := len(rec.types) / 4
 	p.vals = p.vals[:0]
-	p.out = p.appendParse(p.out[:0], name, rec, rec.types, noids)
+	p.out = p.appendParse(p.out[:0], name, rec, rec.types)
 	p.push(owed{kind: owedHiddenParse})
 	_, err = p.sw.Write(p.out)
 	return err

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // query handles a simple Query ('Q'). Pass-through text is forwarded raw;
@@ -15,10 +16,14 @@ func (p *clientPump) query() error {
 	if err != nil {
 		return err
 	}
-	if len(body) == 0 || body[len(body)-1] != 0 {
-		return protocolError("invalid string in message")
+	msg, ok := pgmsg.ReadQuery(body)
+	if !ok {
+		// The server reports the malformed message, as without the proxy.
+		p.push(owed{kind: owedQuery})
+		p.forwardedQuery(plan.Passthrough)
+		return p.cr.pass(p.sw)
 	}
-	text := body[:len(body)-1]
+	text := msg.SQL
 	pl := p.plan(text)
 	// The client's own Query destroys the unnamed statement and portal, so
 	// a hidden query before it harms nothing.
@@ -66,10 +71,9 @@ func (p *clientPump) query() error {
 		}
 	}
 	var start int
-	p.out, start = appendHeader(p.out[:0], 'Q')
+	p.out, start = pgmsg.BeginQuery(p.out[:0])
 	p.out = t.RenderLiteral(p.out, p.vals)
-	p.out = append(p.out, 0)
-	p.out = finishMsg(p.out, start)
+	p.out = pgmsg.FinishQuery(p.out, start)
 	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, false)})
 	p.forwardedQuery(pl)
 	_, err = p.sw.Write(p.out)

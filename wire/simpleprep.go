@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // Simple-protocol INSERTs run as prepared statements.
@@ -101,22 +102,16 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	ids := t.IDSlots()
 	if !parsed {
 		pq.rec.t, pq.rec.ids = t, ids
-		p.out = p.appendParse(p.out, pq.name, &pq.rec, nil, 0)
+		p.out = p.appendParse(p.out, pq.name, &pq.rec, nil)
 		p.push(owed{kind: owedHiddenParse, pos: pm, confirm: &pq.rec.parsed})
 	}
 	var start int
-	p.out, start = appendHeader(p.out, 'B')
-	p.out = append(p.out, 0) // unnamed portal
-	p.out = append(p.out, pq.name...)
-	p.out = append(p.out, 0)
-	p.out = append16(p.out, 0) // parameters in text
-	p.out = append16(p.out, ids)
+	p.out, start = pgmsg.BeginBind(p.out, "", pq.name, ids) // the unnamed portal
 	p.out = appendIDParams(p.out, t, p.vals, false)
-	p.out = append16(p.out, 0) // results in text
-	p.out = finishMsg(p.out, start)
+	p.out = pgmsg.FinishBind(p.out, start)
 	p.push(owed{kind: owedHiddenBind, pos: pm})
-	p.out = append(p.out, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0) // unnamed portal, all rows
-	p.out = append(p.out, 'S', 0, 0, 0, 4)
+	p.out = pgmsg.AppendExecute(p.out, "", 0) // all rows
+	p.out = pgmsg.AppendEmpty(p.out, pgmsg.TypeSync)
 	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: pm})
 	// For the client the Query destroyed the unnamed portal; the server
 	// has this one until Sync or, in a transaction block, its end.

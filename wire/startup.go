@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // Request codes of the startup phase (the first word of a packet that is
@@ -95,7 +97,7 @@ func startupParams(pkt []byte) ([][2]string, error) {
 	var out [][2]string
 	b := pkt[4:]
 	for {
-		k, rest, ok := cstring(b)
+		k, rest, ok := pgmsg.CString(b)
 		if !ok {
 			return nil, protocolError("invalid startup packet layout: expected terminator as last byte")
 		}
@@ -105,7 +107,7 @@ func startupParams(pkt []byte) ([][2]string, error) {
 			}
 			return out, nil
 		}
-		v, rest2, ok := cstring(rest)
+		v, rest2, ok := pgmsg.CString(rest)
 		if !ok {
 			return nil, protocolError("invalid startup packet layout: expected terminator as last byte")
 		}

@@ -1,13 +1,13 @@
 package wire
 
 import (
-	"encoding/binary"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/guc"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // snowflake.node in the startup packet.
@@ -218,11 +218,7 @@ func (ss *session) maySetNode() (bool, error) {
 		return false, nil
 	}
 	const q = "SELECT pg_catalog.has_parameter_privilege('" + nodeStartupName + "', 'SET')"
-	msg := make([]byte, 0, 5+len(q)+1)
-	msg, start := appendHeader(msg, 'Q')
-	msg = append(msg, q...)
-	msg = append(msg, 0)
-	msg = finishMsg(msg, start)
+	msg := pgmsg.Query{SQL: []byte(q)}.Append(nil)
 	if _, err := ss.cp.sw.Write(msg); err != nil {
 		return false, ss.sh.upstreamLost(err)
 	}
@@ -247,9 +243,9 @@ func (ss *session) maySetNode() (bool, error) {
 			if typ == 'S' || isFatal(body) {
 				// Relayed as during authentication; after a FATAL the
 				// server ends the session and its error is the answer.
-				ss.out = append(ss.out[:0], typ, 0, 0, 0, 0)
-				ss.out = append(ss.out, body...)
-				binary.BigEndian.PutUint32(ss.out[1:], uint32(len(body)+4))
+				var start int
+				ss.out, start = pgmsg.Begin(ss.out[:0], typ)
+				ss.out = pgmsg.Finish(append(ss.out, body...), start)
 				if _, err := ss.sh.cw.Write(ss.out); err != nil {
 					return false, &Error{Kind: KindClientIO, Message: "write", Err: err}
 				}
@@ -292,7 +288,7 @@ func (ss *session) refuseStartup(code, msg, hint string) error {
 	if err := ss.sh.cw.Flush(); err != nil {
 		return &Error{Kind: KindClientIO, Message: "write", Err: err}
 	}
-	_, _ = ss.cp.sw.Write([]byte{'X', 0, 0, 0, 4})
+	_, _ = ss.cp.sw.Write(terminate)
 	_ = ss.cp.sw.Flush()
 	ss.ending = ending{outcome: OutcomeRefused, code: code, message: msg}
 	return errSessionDone
