@@ -34,26 +34,10 @@ func ReadBind(body []byte) (m Bind, ok bool) {
 		return Bind{}, false
 	}
 	m.nparams = uint16At(rest, 0)
-	values := rest[2:]
-	end := 0
-	for range m.nparams {
-		if end+4 > len(values) {
-			return Bind{}, false
-		}
-		l := int(int32At(values, end))
-		end += 4
-		if l < -1 {
-			return Bind{}, false // PostgreSQL refuses it too
-		}
-		if l > 0 {
-			if l > len(values)-end {
-				return Bind{}, false
-			}
-			end += l
-		}
+	if m.params, rest, ok = splitValues(rest[2:], m.nparams); !ok {
+		return Bind{}, false
 	}
-	m.params = values[:end]
-	if _, m.results, rest, ok = count16(values[end:], 2); !ok || len(rest) != 0 {
+	if _, m.results, rest, ok = count16(rest, 2); !ok || len(rest) != 0 {
 		return Bind{}, false
 	}
 	return m, true

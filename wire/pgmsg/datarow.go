@@ -13,25 +13,8 @@ func ReadDataRow(body []byte) (m DataRow, ok bool) {
 		return DataRow{}, false
 	}
 	n := uint16At(body, 0)
-	values := body[2:]
-	end := 0
-	for range n {
-		if end+4 > len(values) {
-			return DataRow{}, false
-		}
-		l := int(int32At(values, end))
-		end += 4
-		if l < -1 {
-			return DataRow{}, false // PostgreSQL refuses it too
-		}
-		if l > 0 {
-			if l > len(values)-end {
-				return DataRow{}, false
-			}
-			end += l
-		}
-	}
-	if end != len(values) {
+	values, rest, ok := splitValues(body[2:], n)
+	if !ok || len(rest) != 0 {
 		return DataRow{}, false
 	}
 	return DataRow{n: n, values: values}, true

@@ -26,6 +26,25 @@ func (v *Values) Next() (value []byte, null bool) {
 	return value, false
 }
 
+// splitValues splits n values off the start of b: the values and the
+// rest; ok is false when they do not fit or a length is below -1
+// (PostgreSQL refuses it too).
+func splitValues(b []byte, n int) (values, rest []byte, ok bool) {
+	end := 0
+	for range n {
+		if end+4 > len(b) {
+			return nil, nil, false
+		}
+		l := int(int32At(b, end))
+		end += 4
+		if l < -1 || l > len(b)-end {
+			return nil, nil, false
+		}
+		end += max(l, 0)
+	}
+	return b[:end], b[end:], true
+}
+
 // AppendNullParam appends a NULL value.
 func AppendNullParam(dst []byte) []byte { return AppendInt32(dst, -1) }
 
