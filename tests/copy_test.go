@@ -28,9 +28,13 @@ import (
 
 const copyNode = 7
 
-// copyRows is the size of the large COPY FROM tests: about 28 bytes a row in
-// pgx's binary format, so pgx sends several CopyData messages of 64 KiB.
-const copyRows = 20_000
+// copyRows is the size of the large COPY FROM tests, and copyPad ends each
+// of their payloads: about 120 bytes a row, so pgx sends several CopyData
+// messages of 64 KiB. Long rows rather than many: each row costs the
+// server a shim call.
+const copyRows = 4_000
+
+var copyPad = strings.Repeat("-", 100)
 
 // copyTimeout bounds every COPY, so that a proxy that hangs fails the test
 // instead of stalling it until go test's own timeout.
@@ -69,11 +73,12 @@ func (e *testEnv) copySession(t *testing.T, mode pgx.QueryExecMode) (*pgx.Conn, 
 	return conn, copyCtx(t), mustInt64(t, conn, "SELECT snowflake.nextval()")
 }
 
-// textRows is n lines prefix000000, prefix000001, ... in COPY text format.
+// textRows is n lines prefix000000, prefix000001, ... (each ended by
+// copyPad) in COPY text format.
 func textRows(prefix string, n int) string {
 	var sb strings.Builder
 	for i := 0; i < n; i++ {
-		fmt.Fprintf(&sb, "%s%06d\n", prefix, i)
+		fmt.Fprintf(&sb, "%s%06d%s\n", prefix, i, copyPad)
 	}
 	return sb.String()
 }
@@ -131,7 +136,7 @@ func TestCopyFromStdin(t *testing.T) {
 		ctx := copyCtx(t)
 		prefix := "b-" + modeName(mode) + "-"
 		n, err := conn.CopyFrom(ctx, pgx.Identifier{"t"}, []string{"payload"},
-			pgx.CopyFromSlice(copyRows, func(i int) ([]any, error) { return []any{fmt.Sprintf("%s%06d", prefix, i)}, nil }))
+			pgx.CopyFromSlice(copyRows, func(i int) ([]any, error) { return []any{fmt.Sprintf("%s%06d%s", prefix, i, copyPad)}, nil }))
 		if err != nil {
 			t.Fatalf("CopyFrom %d rows: %v", copyRows, err)
 		}
@@ -370,33 +375,35 @@ func TestCopyInterleavedWithFastPath(t *testing.T) {
 	t.Logf("COPY of %d rows interleaved with %d nextval and %d INSERT from %d connections", rows, len(nextvals), inserted, workers)
 }
 
-// TestCopyFromBadRowKeepsTheSessionUsable: a text COPY whose row 30,001
+// TestCopyFromBadRowKeepsTheSessionUsable: a text COPY whose row 2,001
 // does not parse as an integer (the data before and after it spans several
-// CopyData messages) gives the server's error, 22P02 with the right line in
+// CopyData messages: long rows, so that few of them do, as each row costs
+// a shim call) gives the server's error, 22P02 with the right line in
 // its context, and the same connection then runs SELECT 1, a fast-path
 // snowflake.nextval() and another COPY. Inside a transaction the failed
 // COPY leaves it failed: nextval is refused with 25P02, as the server
 // would, until ROLLBACK.
 func TestCopyFromBadRowKeepsTheSessionUsable(t *testing.T) {
-	e := newCopyEnv(t, "CREATE TABLE nums (id bigint PRIMARY KEY DEFAULT snowflake.nextval(), n int)")
-	const good = 30_000
+	e := newCopyEnv(t, "CREATE TABLE nums (id bigint PRIMARY KEY DEFAULT snowflake.nextval(), n int, pad text)")
+	const good = 2_000
+	pad := strings.Repeat("p", 60)
 	var sb strings.Builder
 	for i := 0; i < good; i++ {
-		fmt.Fprintf(&sb, "%d\n", i)
+		fmt.Fprintf(&sb, "%d\t%s\n", i, pad)
 	}
-	sb.WriteString("notanumber\n")
+	sb.WriteString("notanumber\t\n")
 	for i := 0; i < good; i++ {
-		fmt.Fprintf(&sb, "%d\n", i)
+		fmt.Fprintf(&sb, "%d\t%s\n", i, pad)
 	}
 	data := sb.String()
-	if len(data) < 8*8192 {
-		t.Fatalf("test data of %d bytes is too small", len(data))
+	if before := strings.Index(data, "notanumber"); before < 8*8192 || len(data)-before < 8*8192 {
+		t.Fatalf("test data of %d bytes, bad row at %d: too small to span several messages before and after it", len(data), before)
 	}
 
 	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
 		conn, ctx, before := e.copySession(t, mode)
 
-		_, err := conn.PgConn().CopyFrom(ctx, strings.NewReader(data), "COPY nums (n) FROM STDIN")
+		_, err := conn.PgConn().CopyFrom(ctx, strings.NewReader(data), "COPY nums (n, pad) FROM STDIN")
 		wantError(t, "COPY with a bad row", err, "22P02", `invalid input syntax for type integer: "notanumber"`)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && !strings.Contains(pgErr.Where, fmt.Sprintf("line %d", good+1)) {
@@ -416,7 +423,7 @@ func TestCopyFromBadRowKeepsTheSessionUsable(t *testing.T) {
 
 		// Inside a transaction.
 		mustRun(t, conn, "BEGIN")
-		_, err = conn.PgConn().CopyFrom(ctx, strings.NewReader(data), "COPY nums (n) FROM STDIN")
+		_, err = conn.PgConn().CopyFrom(ctx, strings.NewReader(data), "COPY nums (n, pad) FROM STDIN")
 		wantError(t, "COPY with a bad row inside BEGIN", err, "22P02", "")
 		if st := conn.PgConn().TxStatus(); st != 'E' {
 			t.Errorf("transaction status after the failed COPY = %c, want E", st)
@@ -459,7 +466,7 @@ func (s *abortingSource) Next() bool {
 }
 
 func (s *abortingSource) Values() ([]any, error) {
-	return []any{fmt.Sprintf("x%06d", s.i)}, nil
+	return []any{fmt.Sprintf("x%06d%s", s.i, copyPad)}, nil
 }
 
 func (s *abortingSource) Err() error {
@@ -514,7 +521,7 @@ func TestCopyFromRolledBack(t *testing.T) {
 
 		mustRun(t, conn, "BEGIN")
 		n, err := conn.CopyFrom(ctx, pgx.Identifier{"t"}, []string{"payload"},
-			pgx.CopyFromSlice(copyRows, func(i int) ([]any, error) { return []any{fmt.Sprintf("r%06d", i)}, nil }))
+			pgx.CopyFromSlice(copyRows, func(i int) ([]any, error) { return []any{fmt.Sprintf("r%06d%s", i, copyPad)}, nil }))
 		if err != nil || n != copyRows {
 			t.Fatalf("CopyFrom inside BEGIN: %d rows, %v", n, err)
 		}
