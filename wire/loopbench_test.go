@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // BenchmarkRelayLoop relays round trips through a session in an event
@@ -25,8 +27,8 @@ func benchRelayLoop(b *testing.B, track bool) {
 	request := encodeAll(&pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	answer := encodeAll(&pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("42")}},
 		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
-	client, in := socketPair(b)
-	out, server := socketPair(b)
+	client, in := netloop.SocketPair(b)
+	out, server := netloop.SocketPair(b)
 	cfg := Config{Upstream: Upstream{Address: "unused"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), EventLoops: 1}
 	if track {
 		cfg.Rewriter = &fakeRewriter{plans: snowflakePlans()}

@@ -6,38 +6,12 @@ import (
 	"bufio"
 	"errors"
 	"io"
-	"net"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
-
-// socketPair returns both ends of a loopback TCP connection.
-func socketPair(tb testing.TB) (net.Conn, net.Conn) {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b := <-accepted
-	if b == nil {
-		tb.Fatal("accept failed")
-	}
-	tb.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
 
 var errBenchDone = errors.New("benchmark done")
 
@@ -51,8 +25,8 @@ func BenchmarkRelaySocket(b *testing.B) {
 	stream := encodeAll(&pgproto3.Bind{PreparedStatement: "s1", Parameters: [][]byte{[]byte("1")}},
 		&pgproto3.Execute{}, &pgproto3.Sync{})
 	const perBatch = 3
-	feed, in := socketPair(b)
-	out, sink := socketPair(b)
+	feed, in := netloop.SocketPair(b)
+	out, sink := netloop.SocketPair(b)
 	fr := newFrameReader(in, defaultMaxMessage)
 	fr.UsePoll(in)
 	bw := bufio.NewWriterSize(out, ioBufferSize)

@@ -16,8 +16,8 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 )
 
-// holdEnv, set to a directory, makes this test binary start a server
-// there, print its postmaster's pid, and then die as holdModeEnv says
+// holdEnv, set to a data directory path, makes this test binary start a
+// server there, print its postmaster's pid, and then die as holdModeEnv says
 // (see TestMain): the subject of TestServerDiesWithTheTestBinary.
 const (
 	holdEnv     = "SNOWFLAKE_PROXY_TEST_HOLD_SERVER"
@@ -25,18 +25,18 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(holdEnv); dir != "" {
-		holdServer(dir, os.Getenv(holdModeEnv))
+	if data := os.Getenv(holdEnv); data != "" {
+		holdServer(data, os.Getenv(holdModeEnv))
 		return
 	}
 	os.Exit(m.Run())
 }
 
-// holdServer starts a server in dir and dies without stopping it: by a
-// panic, or (mode "wait") by waiting until it is killed.
-func holdServer(dir, mode string) {
+// holdServer starts a server in the data directory data and dies without
+// stopping it: by a panic, or (mode "wait") by waiting until it is killed.
+func holdServer(data, mode string) {
 	srv, err := pgserver.Start(context.Background(), pgserver.Options{
-		DataDir: filepath.Join(dir, "data"), Settings: map[string]string{"fsync": "off"},
+		DataDir: data, Settings: map[string]string{"fsync": "off"},
 	})
 	if err != nil {
 		fmt.Println("error:", err)
@@ -66,20 +66,11 @@ func TestServerDiesWithTheTestBinary(t *testing.T) {
 	for _, mode := range []string{"kill", "panic"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			// Not t.TempDir: when the tests run as root, the server's OS
-			// user must be able to enter it.
-			dir, err := os.MkdirTemp("", "sfpg-death-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = os.RemoveAll(dir) })
-			if err := os.Chmod(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			data := dataDir(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), holdEnv+"="+dir, holdModeEnv+"="+mode)
+			cmd.Env = append(os.Environ(), holdEnv+"="+data, holdModeEnv+"="+mode)
 			out, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -122,7 +113,7 @@ func TestServerDiesWithTheTestBinary(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if _, err := os.Stat(filepath.Join(dir, "data", "postmaster.pid")); !os.IsNotExist(err) {
+			if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); !os.IsNotExist(err) {
 				t.Fatalf("postmaster.pid is still there (%v): the server did not shut down cleanly", err)
 			}
 		})

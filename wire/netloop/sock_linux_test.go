@@ -17,7 +17,7 @@ import (
 // readiness event of its own, so the pump must read again after the short
 // read to see EOF instead of waiting forever.
 func TestPollEOFWithData(t *testing.T) {
-	a, b := socketPair(t)
+	a, b := SocketPair(t)
 	stream := msg('E', []byte("SFATAL\x00C57P01\x00Mterminating\x00\x00"))
 	_, _ = a.Write(stream)
 	_ = a.(*net.TCPConn).CloseWrite()

@@ -82,7 +82,7 @@ func TestPollSplitAndLarge(t *testing.T) {
 	for _, m := range [][]byte{msg('Q', []byte("SELECT 1\x00")), msg('S', nil), msg('d', big), msg('Q', []byte("SELECT 2\x00")), msg('X', nil)} {
 		stream = append(stream, m...)
 	}
-	a, b := socketPair(t)
+	a, b := SocketPair(t)
 	in := NewInput(b, 1<<20)
 	// The first 7 bytes arrive before the switch and sit in the old buffer.
 	if _, err := a.Write(stream[:7]); err != nil {
@@ -120,7 +120,7 @@ func TestPollSplitAndLarge(t *testing.T) {
 // TestPollReadError checks that a read error met while polling reaches
 // the blocking read that follows as a net.Error, not as EOF.
 func TestPollReadError(t *testing.T) {
-	a, b := socketPair(t)
+	a, b := SocketPair(t)
 	in := NewInput(b, 1<<20)
 	in.UsePoll(b)
 	_, _ = a.Write(msg('S', nil))
@@ -137,7 +137,7 @@ func TestPollReadError(t *testing.T) {
 // TestPollDeadline checks that a deadline set while a pump waits in Poll
 // (a session being aborted) ends the wait with a timeout.
 func TestPollDeadline(t *testing.T) {
-	_, b := socketPair(t)
+	_, b := SocketPair(t)
 	in := NewInput(b, 1<<20)
 	in.UsePoll(b)
 	time.AfterFunc(20*time.Millisecond, func() { _ = b.SetReadDeadline(time.Now()) })
@@ -151,7 +151,7 @@ func TestPollDeadline(t *testing.T) {
 // TestSockWriterLarge writes more than the socket buffers hold at once:
 // the writer must wait in the poller (EAGAIN) and deliver every byte.
 func TestSockWriterLarge(t *testing.T) {
-	a, b := socketPair(t)
+	a, b := SocketPair(t)
 	w := newSockWriter(a)
 	if w == nil {
 		t.Fatal("no sockWriter for a TCP connection")
@@ -170,29 +170,4 @@ func TestSockWriterLarge(t *testing.T) {
 	if got := <-done; !bytes.Equal(got, data) {
 		t.Fatalf("read %d bytes, want %d identical", len(got), len(data))
 	}
-}
-
-// socketPair returns both ends of a loopback TCP connection.
-func socketPair(tb testing.TB) (net.Conn, net.Conn) {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b := <-accepted
-	if b == nil {
-		tb.Fatal("accept failed")
-	}
-	tb.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
 }

@@ -97,31 +97,3 @@ type noParking struct{}
 
 func (noParking) MayReenter() bool { return false }
 func (noParking) Wake(Side)        {}
-
-// loopbackPair returns both ends of a loopback TCP connection.
-func loopbackPair() (net.Conn, net.Conn, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer ln.Close()
-	type accepted struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan accepted, 1)
-	go func() {
-		c, err := ln.Accept()
-		ch <- accepted{c, err}
-	}()
-	a, err := net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second)
-	if err != nil {
-		return nil, nil, err
-	}
-	b := <-ch
-	if b.err != nil {
-		_ = a.Close()
-		return nil, nil, b.err
-	}
-	return a, b.c, nil
-}
