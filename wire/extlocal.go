@@ -1,8 +1,6 @@
 package wire
 
 import (
-	"encoding/binary"
-
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
@@ -43,14 +41,14 @@ type localGroup struct {
 // scanLocalGroup reads b, the client input buffered after a Bind:
 // [Describe portal ""] Execute "" (row limit that ends the portal) Sync.
 func scanLocalGroup(b []byte) (g localGroup, ok bool) {
-	typ, body, rest, ok := nextMessage(b)
+	typ, body, rest, ok := pgmsg.Split(b)
 	if ok && typ == pgmsg.TypeDescribe {
 		d, ok := pgmsg.ReadDescribe(body)
 		if !ok || d.Kind != 'P' || len(d.Name) != 0 {
 			return g, false
 		}
 		g.describe = true
-		typ, body, rest, ok = nextMessage(rest)
+		typ, body, rest, ok = pgmsg.Split(rest)
 	}
 	if !ok || typ != pgmsg.TypeExecute {
 		return g, false
@@ -59,25 +57,12 @@ func scanLocalGroup(b []byte) (g localGroup, ok bool) {
 	if !ok || len(e.Portal) != 0 || e.MaxRows == 1 { // 1: PostgreSQL suspends the portal after its one row
 		return g, false
 	}
-	typ, body, rest, ok = nextMessage(rest)
+	typ, body, rest, ok = pgmsg.Split(rest)
 	if !ok || typ != pgmsg.TypeSync || len(body) != 0 {
 		return g, false
 	}
 	g.n = len(b) - len(rest)
 	return g, true
-}
-
-// nextMessage splits the next whole message off b: its type, its body and
-// what follows; ok is false when b does not hold a whole message.
-func nextMessage(b []byte) (typ byte, body, rest []byte, ok bool) {
-	if len(b) < pgmsg.HeaderSize {
-		return 0, nil, nil, false
-	}
-	n := binary.BigEndian.Uint32(b[1:])
-	if n < 4 || uint64(n)+1 > uint64(len(b)) {
-		return 0, nil, nil, false
-	}
-	return b[0], b[pgmsg.HeaderSize : n+1], b[n+1:], true
 }
 
 // bindLocally answers the Bind being handled (msg), and the group that

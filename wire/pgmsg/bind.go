@@ -6,7 +6,6 @@ package pgmsg
 type Bind struct {
 	Portal, Statement []byte
 
-	names   []byte // portal and statement with their NULs, as sent
 	formats []byte // 2 bytes per format code
 	nparams int
 	params  []byte // nparams × (int32 length, bytes)
@@ -29,7 +28,7 @@ func ReadBind(body []byte) (m Bind, ok bool) {
 	if !ok1 || !ok2 {
 		return Bind{}, false
 	}
-	m = Bind{Portal: portal, Statement: statement, names: body[:len(portal)+len(statement)+2]}
+	m = Bind{Portal: portal, Statement: statement}
 	if _, m.formats, rest, ok = count16(rest, 2); !ok || len(rest) < 2 {
 		return Bind{}, false
 	}
@@ -86,7 +85,8 @@ func (m Bind) Append(dst []byte) []byte {
 // FinishWithParams.
 func (m Bind) AppendWithParams(dst []byte, extra int) ([]byte, int) {
 	dst, start := Begin(dst, TypeBind)
-	dst = append(dst, m.names...)
+	dst = AppendCString(dst, m.Portal)
+	dst = AppendCString(dst, m.Statement)
 	n := m.NumFormats()
 	if n > 1 {
 		dst = AppendInt16(dst, n+extra)

@@ -89,6 +89,23 @@ func TestBeginBind(t *testing.T) {
 	}
 }
 
+func TestSplit(t *testing.T) {
+	sync := AppendEmpty(nil, TypeSync)
+	stream := AppendExecute(append([]byte(nil), sync...), "", 0)
+	typ, body, rest, ok := Split(stream)
+	if !ok || typ != TypeSync || len(body) != 0 || !bytes.Equal(rest, stream[len(sync):]) {
+		t.Fatalf("Split(Sync, Execute) = %c % x % x %v", typ, body, rest, ok)
+	}
+	if typ, body, rest, ok = Split(rest); !ok || typ != TypeExecute || !bytes.Equal(body, []byte{0, 0, 0, 0, 0}) || len(rest) != 0 {
+		t.Fatalf("Split(Execute) = %c % x % x %v", typ, body, rest, ok)
+	}
+	for _, b := range [][]byte{nil, sync[:4], stream[len(sync) : len(stream)-1], {'S', 0, 0, 0, 3}} {
+		if _, _, _, ok := Split(b); ok {
+			t.Errorf("Split(% x) accepted a cut or ill-framed message", b)
+		}
+	}
+}
+
 func TestMalformedBodiesAreRefused(t *testing.T) {
 	bind := encoded(t, &pgproto3.Bind{Parameters: [][]byte{[]byte("1")}})
 	for _, tc := range []struct {

@@ -11,7 +11,8 @@
 //
 // # Files
 //
-//   - frame.go: message type bytes, Begin and Finish around a body the
+//   - frame.go: message type bytes, Split (the first message of a
+//     stream), Begin and Finish around a body the
 //     caller appends, empty messages, integers and C strings.
 //   - Client messages: query.go (Query), parse.go (Parse), bind.go (Bind,
 //     and a Bind with parameters appended), describe.go (Describe),

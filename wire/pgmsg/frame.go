@@ -51,6 +51,20 @@ func FinishLen(dst []byte, start, bodyLen int) []byte {
 	return dst
 }
 
+// Split splits the first whole message off b, a stream of messages: its
+// type, its body and what follows it; ok is false when b does not start
+// with a whole, well-framed message.
+func Split(b []byte) (typ byte, body, rest []byte, ok bool) {
+	if len(b) < HeaderSize {
+		return 0, nil, nil, false
+	}
+	n := binary.BigEndian.Uint32(b[1:])
+	if n < 4 || uint64(n)+1 > uint64(len(b)) {
+		return 0, nil, nil, false
+	}
+	return b[0], b[HeaderSize : n+1], b[n+1:], true
+}
+
 // AppendEmpty appends a message without a body (Sync, Flush, Terminate,
 // ParseComplete, BindComplete, CloseComplete...).
 func AppendEmpty(dst []byte, typ byte) []byte {
