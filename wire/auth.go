@@ -67,8 +67,9 @@ func (ss *session) authenticate() error {
 			case 'E':
 				// The server refused the client: its error is the answer.
 				_ = ss.sh.cw.Flush()
-				ss.sh.noteServerFatal(body)
-				ss.ending = ending{outcome: OutcomeLoginRefused, code: errorField(body, 'C'), message: errorField(body, 'M')}
+				f, _ := pgmsg.ReadFields(body)
+				sf := ss.sh.noteServerFatal(f)
+				ss.ending = ending{outcome: OutcomeLoginRefused, code: sf.code, message: sf.message}
 				return errSessionDone
 			case 'R':
 				if len(body) < 4 {

@@ -76,14 +76,10 @@ func shimContext(w string, own bool) (string, bool) {
 }
 
 // withoutShimContext returns the body of an ErrorResponse or
-// NoticeResponse with the shim's CONTEXT lines removed (the whole W field
-// when nothing else remains), and whether it changed.
-func withoutShimContext(body []byte, own bool) ([]byte, bool) {
-	m, ok := pgmsg.ReadFields(body)
-	if !ok {
-		return nil, false
-	}
-	context, ok := m.Get('W')
+// NoticeResponse (its fields f) with the shim's CONTEXT lines removed (the
+// whole W field when nothing else remains), and whether it changed.
+func withoutShimContext(f pgmsg.Fields, own bool) ([]byte, bool) {
+	context, ok := f.Get('W')
 	if !ok {
 		return nil, false
 	}
@@ -91,23 +87,25 @@ func withoutShimContext(body []byte, own bool) ([]byte, bool) {
 	if !changed {
 		return nil, false
 	}
-	return m.AppendReplaced(make([]byte, 0, len(body)), 'W', []byte(w), w == ""), true
+	return f.AppendReplaced(nil, 'W', []byte(w), w == ""), true
 }
 
 // fixError applies what the proxy changes in an ErrorResponse or
-// NoticeResponse body: the error cursor mapped to the client's text (pm,
-// nil when the text was not rewritten) and the shim's CONTEXT lines.
-func fixError(body []byte, pm *posMap, own bool) ([]byte, bool) {
-	changed := false
+// NoticeResponse (its fields f): the error cursor mapped to the client's
+// text (pm, nil when the text was not rewritten) and the shim's CONTEXT
+// lines. It returns the new body, and whether there is one.
+func fixError(f pgmsg.Fields, pm *posMap, own bool) ([]byte, bool) {
+	var body []byte
 	if pm != nil {
-		if fixed, ok := pm.fixPosition(body); ok {
-			body, changed = fixed, true
+		if fixed, ok := pm.fixPosition(f); ok {
+			body = fixed
+			f, _ = pgmsg.ReadFields(fixed) // well formed: built from f
 		}
 	}
-	if fixed, ok := withoutShimContext(body, own); ok {
-		body, changed = fixed, true
+	if fixed, ok := withoutShimContext(f, own); ok {
+		body = fixed
 	}
-	return body, changed
+	return body, body != nil
 }
 
 // ownStatement tells whether the statement the response o is at was
@@ -139,7 +137,8 @@ func (p *serverPump) notice() error {
 		}
 		p.sh.mu.Unlock()
 	}
-	if fixed, ok := withoutShimContext(body, own); ok {
+	f, _ := pgmsg.ReadFields(body) // malformed: no fields, passed as it is
+	if fixed, ok := withoutShimContext(f, own); ok {
 		p.sr.consume()
 		return p.write('N', fixed)
 	}

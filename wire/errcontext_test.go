@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 func TestShimContext(t *testing.T) {
@@ -54,7 +56,7 @@ func TestWithoutShimContext(t *testing.T) {
 		Where:   "PL/pgSQL function snowflake._issue(regclass,name) line 33 at RAISE\nPL/pgSQL function snowflake.nextval(regclass) line 6 at assignment",
 		File:    "pl_exec.c", Line: 3905, Routine: "exec_stmt_raise"}
 	b, _ := e.Encode(nil)
-	fixed, ok := withoutShimContext(b[5:], false)
+	fixed, ok := withoutShimContext(mustFields(t, b[5:]), false)
 	if !ok {
 		t.Fatal("unchanged")
 	}
@@ -68,12 +70,22 @@ func TestWithoutShimContext(t *testing.T) {
 		got.Line != want.Line || got.Routine != want.Routine || got.Severity != want.Severity {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
-	if _, ok := withoutShimContext(b[5:], false); !ok {
+	if _, ok := withoutShimContext(mustFields(t, b[5:]), false); !ok {
 		t.Fatal("the body was changed in place")
 	}
 	plain := &pgproto3.ErrorResponse{Severity: "ERROR", Code: "42601", Message: "syntax error", Where: "PL/pgSQL function f() line 1"}
 	b, _ = plain.Encode(nil)
-	if _, ok := withoutShimContext(b[5:], false); ok {
+	if _, ok := withoutShimContext(mustFields(t, b[5:]), false); ok {
 		t.Fatal("changed an error without shim frames")
 	}
+}
+
+// mustFields reads the fields of an ErrorResponse body pgproto3 encoded.
+func mustFields(t *testing.T, body []byte) pgmsg.Fields {
+	t.Helper()
+	f, ok := pgmsg.ReadFields(body)
+	if !ok {
+		t.Fatalf("malformed ErrorResponse body % x", body)
+	}
+	return f
 }

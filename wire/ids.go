@@ -326,9 +326,11 @@ func (p *serverPump) hidden(typ byte) error {
 		if err != nil {
 			return err
 		}
-		p.sh.hq.fail = errorField(body, 'C')
-		if isFatal(body) {
-			p.sh.noteServerFatal(body)
+		f, _ := pgmsg.ReadFields(body)
+		code, _ := f.Get('C')
+		p.sh.hq.fail = string(code)
+		if f.Fatal() {
+			p.sh.noteServerFatal(f)
 			return p.sr.pass(p.sh.cw)
 		}
 		p.sr.consume()
@@ -369,15 +371,4 @@ func decodeDataRow(b []byte) []*string {
 		row = append(row, &s)
 	}
 	return row
-}
-
-// errorField returns one field of an ErrorResponse or NoticeResponse body
-// ("" when it has none or is malformed).
-func errorField(b []byte, code byte) string {
-	m, ok := pgmsg.ReadFields(b)
-	if !ok {
-		return ""
-	}
-	v, _ := m.Get(code)
-	return string(v)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
 // Outcome is how a session ended, named in its log line and counted in
@@ -71,9 +73,13 @@ type serverFatal struct{ code, message string }
 
 // noteServerFatal records that the server sent the FATAL (or login
 // refusal) body: its close is expected, and the session's end names it.
-func (sh *shared) noteServerFatal(body []byte) {
+func (sh *shared) noteServerFatal(f pgmsg.Fields) *serverFatal {
+	code, _ := f.Get('C')
+	message, _ := f.Get('M')
+	sf := &serverFatal{code: string(code), message: string(message)}
 	sh.sawFatal.Store(true)
-	sh.serverFatal.Store(&serverFatal{code: errorField(body, 'C'), message: errorField(body, 'M')})
+	sh.serverFatal.Store(sf)
+	return sf
 }
 
 // ending is what the session knows of its end besides its error: set by

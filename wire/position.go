@@ -24,15 +24,12 @@ func newPosMap(t *plan.Template, vals []plan.Value, base int, params bool) *posM
 	return &posMap{t: t, vals: append([]plan.Value(nil), vals...), base: base, params: params}
 }
 
-// fixPosition returns body (an ErrorResponse or NoticeResponse) with its
-// position field (P) mapped to the client's text, and whether it changed.
+// fixPosition returns the body of an ErrorResponse or NoticeResponse (its
+// fields) with its position field (P) mapped to the client's text, and
+// whether it changed.
 // Regression: psql's caret pointed into the rewritten text (tests/psql
 // errors.sql, equivalence currval.sql).
-func (m *posMap) fixPosition(body []byte) ([]byte, bool) {
-	fields, ok := pgmsg.ReadFields(body)
-	if !ok {
-		return nil, false
-	}
+func (m *posMap) fixPosition(fields pgmsg.Fields) ([]byte, bool) {
 	p, ok := fields.Get('P')
 	if !ok {
 		return nil, false
@@ -46,5 +43,5 @@ func (m *posMap) fixPosition(body []byte) ([]byte, bool) {
 		return nil, false
 	}
 	var digits [20]byte
-	return fields.AppendReplaced(make([]byte, 0, len(body)+4), 'P', strconv.AppendInt(digits[:0], int64(src), 10), false), true
+	return fields.AppendReplaced(nil, 'P', strconv.AppendInt(digits[:0], int64(src), 10), false), true
 }

@@ -141,8 +141,9 @@ func (p *serverPump) handle(typ byte) error {
 		if err != nil {
 			return err
 		}
-		if isFatal(body) {
-			p.sh.noteServerFatal(body)
+		f, _ := pgmsg.ReadFields(body) // malformed: no fields, passed as it is
+		if f.Fatal() {
+			p.sh.noteServerFatal(f)
 		}
 		var pm *posMap
 		own := false
@@ -157,7 +158,7 @@ func (p *serverPump) handle(typ byte) error {
 			}
 			p.sh.mu.Unlock()
 		}
-		if fixed, ok := fixError(body, pm, own); ok {
+		if fixed, ok := fixError(f, pm, own); ok {
 			p.sr.consume()
 			return p.write('E', fixed)
 		}
@@ -332,12 +333,6 @@ func (p *serverPump) write(typ byte, body []byte) error {
 	}
 	_, err := p.sh.cw.Write(body)
 	return err
-}
-
-// isFatal reports whether an ErrorResponse body has severity FATAL or PANIC.
-func isFatal(body []byte) bool {
-	m, ok := pgmsg.ReadFields(body)
-	return ok && m.Fatal()
 }
 
 // touchSettings are the touches after which node, read-only state and role

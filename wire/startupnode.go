@@ -240,7 +240,11 @@ func (ss *session) maySetNode() (bool, error) {
 			if typ == 'S' {
 				ss.sh.noteParameter(body)
 			}
-			if typ == 'S' || isFatal(body) {
+			var f pgmsg.Fields
+			if typ == 'E' {
+				f, _ = pgmsg.ReadFields(body)
+			}
+			if typ == 'S' || f.Fatal() {
 				// Relayed as during authentication; after a FATAL the
 				// server ends the session and its error is the answer.
 				var start int
@@ -250,9 +254,9 @@ func (ss *session) maySetNode() (bool, error) {
 					return false, &Error{Kind: KindClientIO, Message: "write", Err: err}
 				}
 			}
-			if typ == 'E' && isFatal(body) {
+			if f.Fatal() {
 				_ = ss.sh.cw.Flush()
-				ss.sh.noteServerFatal(body)
+				ss.sh.noteServerFatal(f)
 				return false, errSessionDone
 			}
 		case 'D':
