@@ -22,6 +22,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "sockets.h"
+
 enum { maxFD = 65536, maxEvents = 128 };
 
 static int peer[maxFD]; // the other socket of a session, by descriptor
@@ -45,29 +47,9 @@ static void endSession(int ep, int fd) {
 	closing[nClosing++] = p;
 }
 
-static int dialServer(const char *path) {
-	struct sockaddr_un u = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof u.sun_path) {
-		return -1;
-	}
-	strcpy(u.sun_path, path);
-	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (s < 0 || connect(s, (struct sockaddr *)&u, sizeof u) != 0) {
-		if (s >= 0) {
-			close(s);
-		}
-		return -1;
-	}
-	return s;
-}
-
 static void accepted(int ep, int c, const char *path) {
-	int one = 1;
-	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	int s = dialServer(path);
+	int s = serverFor(c, path, "relay");
 	if (s < 0) {
-		perror("relay: connect to server");
-		close(c);
 		return;
 	}
 	if (c >= maxFD || s >= maxFD) {
@@ -119,13 +101,8 @@ int main(int argc, char **argv) {
 	signal(SIGPIPE, SIG_IGN);
 	int port = atoi(argv[1]);
 	const char *path = argv[2];
-	int one = 1;
-	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 128) != 0) {
-		perror("relay: listen");
+	int ls = listenLoopback(port, "relay");
+	if (ls < 0) {
 		return 1;
 	}
 	int ep = epoll_create1(EPOLL_CLOEXEC);

@@ -34,6 +34,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "sockets.h"
+
 enum { maxFD = 65536, bufSize = 65536, ringEntries = 256 };
 
 // What a completion is for: the top byte of user_data. The generation of
@@ -157,22 +159,6 @@ static void queueRelay(int from) {
 	queueRecv(from, 0);
 }
 
-static int dialServer(const char *path) {
-	struct sockaddr_un u = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof u.sun_path) {
-		return -1;
-	}
-	strcpy(u.sun_path, path);
-	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (s < 0 || connect(s, (struct sockaddr *)&u, sizeof u) != 0) {
-		if (s >= 0) {
-			close(s);
-		}
-		return -1;
-	}
-	return s;
-}
-
 static int ready(int fd) {
 	if (buf[fd] == NULL) {
 		buf[fd] = malloc(bufSize);
@@ -181,12 +167,8 @@ static int ready(int fd) {
 }
 
 static void accepted(int c, const char *path) {
-	int one = 1;
-	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	int s = dialServer(path);
+	int s = serverFor(c, path, "relay_uring");
 	if (s < 0) {
-		perror("relay_uring: connect to server");
-		close(c);
 		return;
 	}
 	if (c >= maxFD || s >= maxFD || !ready(c) || !ready(s)) {
@@ -279,13 +261,8 @@ int main(int argc, char **argv) {
 	}
 	int port = atoi(argv[1]);
 	const char *path = argv[2];
-	int one = 1;
-	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 128) != 0) {
-		perror("relay_uring: listen");
+	int ls = listenLoopback(port, "relay_uring");
+	if (ls < 0) {
 		return 1;
 	}
 	if (setupRing() != 0) {
