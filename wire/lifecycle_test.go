@@ -32,6 +32,8 @@ func relayModes() []struct {
 		{"goroutines", Config{EventLoops: -1}},
 		{"loop_tracked", Config{Rewriter: tracked()}},
 		{"goroutines_tracked", Config{EventLoops: -1, Rewriter: tracked()}},
+		{"loop_epoll", Config{EventLoopIO: "epoll"}},
+		{"loop_epoll_tracked", Config{EventLoopIO: "epoll", Rewriter: tracked()}},
 	}
 }
 

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"fmt"
 	"net"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 // sockets is handed to one of Server's event loops (Config.EventLoops)
 // instead of starting its pumps. The loop runs the pumps' own steps
 // (netloop.Steps, below), so what it relays is relayed exactly as the
-// pumps would, one read and one write per batch and no goroutine wake-up.
+// pumps would, one read and one write per batch and no goroutine wake-up
+// (Config.EventLoopIO: with io_uring, one system call per batch of
+// completions of every session of the loop).
 // A step never waits on the loop's thread: where a pump would wait (a
 // hidden query for the session state, a lease or fence the generator must
 // renew, a prepared INSERT to prepare again) the step returns
@@ -161,9 +164,25 @@ const (
 func DefaultEventLoops(procs int) int { return max(1, procs) }
 
 // EventLoopsAvailable reports whether this platform has event loops
-// (Linux, epoll); elsewhere Config.EventLoops is ignored and every session
+// (Linux, io_uring or epoll); elsewhere Config.EventLoops is ignored and every session
 // runs on its own goroutines.
 const EventLoopsAvailable = netloop.Available
+
+// CheckEventLoopIO reports whether s is a valid Config.EventLoopIO, and,
+// when it asks for io_uring by name, whether the kernel allows it (auto
+// falls back to epoll; an explicit choice does not fall back).
+func CheckEventLoopIO(s string) error {
+	io, err := netloop.ParseIO(s)
+	if err != nil {
+		return err
+	}
+	if io == netloop.IOURing && netloop.Available {
+		if err := netloop.URingAvailable(); err != nil {
+			return fmt.Errorf("io_uring refused here (%w): use epoll or auto", err)
+		}
+	}
+	return nil
+}
 
 // pickLoop returns the event loop for a new session's relay, starting the
 // loops on first use, or nil when sessions must use goroutines only.
@@ -178,7 +197,7 @@ func (s *Server) pickLoop() *netloop.Loop {
 	}
 	if s.loops == nil {
 		for range s.cfg.EventLoops {
-			lp, err := netloop.NewLoop(s.log)
+			lp, err := netloop.NewLoopIO(s.loopIO, s.log)
 			if err != nil {
 				s.log.Warn("no event loops: sessions use goroutines", logError, err)
 				for _, lp := range s.loops {
@@ -189,6 +208,7 @@ func (s *Server) pickLoop() *netloop.Loop {
 			}
 			s.loops = append(s.loops, lp)
 		}
+		s.log.Info("event loops started", "loops", len(s.loops), "io", s.loops[0].IO().String())
 	}
 	s.loopNext++
 	return s.loops[s.loopNext%uint32(len(s.loops))]

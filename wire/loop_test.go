@@ -342,7 +342,9 @@ func TestLoopCloseLeavesNoGoroutines(t *testing.T) {
 // loop's own pipe may remain registered.
 func TestLoopHandoverDuringRegistration(t *testing.T) {
 	srv := pgtest.Shared(t)
-	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}, EventLoops: 1})
+	// The epoll loop's registration; an io_uring loop registers a session
+	// on its own thread, in one step.
+	p := startProxy(t, srv, Config{Rewriter: &fakeRewriter{plans: snowflakePlans()}, EventLoops: 1, EventLoopIO: "epoll"})
 	var c net.Conn
 	handedEarly := make(chan bool, 1)
 	hook := func(r *netloop.Relay) {

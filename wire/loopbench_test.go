@@ -20,16 +20,23 @@ import (
 // before the next. Allocations are per round trip (the loop thread
 // included): 0.
 func BenchmarkRelayLoop(b *testing.B) {
-	runTracked(b, benchRelayLoop)
+	for _, io := range []string{"epoll", "io_uring"} {
+		b.Run(io, func(b *testing.B) {
+			if io == "io_uring" && netloop.URingAvailable() != nil {
+				b.Skip("io_uring:", netloop.URingAvailable())
+			}
+			runTracked(b, func(b *testing.B, track bool) { benchRelayLoop(b, io, track) })
+		})
+	}
 }
 
-func benchRelayLoop(b *testing.B, track bool) {
+func benchRelayLoop(b *testing.B, loopIO string, track bool) {
 	request := encodeAll(&pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	answer := encodeAll(&pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("42")}},
 		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 	client, in := netloop.SocketPair(b)
 	out, server := netloop.SocketPair(b)
-	cfg := Config{Upstream: Upstream{Address: "unused"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), EventLoops: 1}
+	cfg := Config{Upstream: Upstream{Address: "unused"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), EventLoops: 1, EventLoopIO: loopIO}
 	if track {
 		cfg.Rewriter = &fakeRewriter{plans: snowflakePlans()}
 	}

@@ -78,6 +78,10 @@ type Config struct {
 	// the server is created. Negative: none, every session runs on its own
 	// goroutines.
 	EventLoops int
+	// EventLoopIO is how the event loops move bytes: "io_uring" (Linux
+	// 6.1 or later, where the kernel allows it), "epoll", or "auto" (the
+	// default): io_uring where it is allowed, epoll otherwise.
+	EventLoopIO string
 	// QueryInserts keeps every simple-protocol INSERT a Query. By default
 	// a repeated one with snowflake defaults runs as a prepared statement
 	// the proxy makes in the session (simpleprep.go), which the client can
@@ -148,6 +152,7 @@ type Server struct {
 	idleTimeout atomic.Int64
 
 	loops       []*netloop.Loop // started on first use (loop.go)
+	loopIO      netloop.IO      // Config.EventLoopIO
 	loopNext    uint32
 	loopsFailed bool // no loops: they could not start, or the server closed
 
@@ -198,6 +203,10 @@ func New(cfg Config) (*Server, error) {
 		cfg.IdleClientTimeout < 0 || cfg.MaxClients < 0 {
 		return nil, errors.New("wire: negative limit")
 	}
+	loopIO, err := netloop.ParseIO(cfg.EventLoopIO)
+	if err != nil {
+		return nil, fmt.Errorf("wire: %w", err)
+	}
 	if cfg.MaxMessageSize == 0 {
 		cfg.MaxMessageSize = defaultMaxMessage
 	}
@@ -223,7 +232,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.EventLoops == 0 {
 		cfg.EventLoops = DefaultEventLoops(runtime.GOMAXPROCS(0))
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With(logComponent, "wire"),
+	s := &Server{cfg: cfg, loopIO: loopIO, log: cfg.Logger.With(logComponent, "wire"),
 		listeners: map[net.Listener]struct{}{}, sessions: map[*session]struct{}{}, closed: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	var tag [4]byte

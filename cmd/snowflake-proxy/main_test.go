@@ -73,6 +73,7 @@ func TestBadFlagsAndValues(t *testing.T) {
 		{"bad log format", nil, []string{"--log-format", "xml"}, "invalid --log-format \"xml\": want text or json"},
 		{"bad log format from env", map[string]string{"SNOWFLAKE_PROXY_LOG_FORMAT": "JSON"}, nil, "invalid --log-format \"JSON\""},
 		{"event loops -2", nil, []string{"--event-loops", "-2"}, "invalid --event-loops -2"},
+		{"event loop io unknown", nil, []string{"--event-loop-io", "kqueue"}, `invalid --event-loop-io: event loop I/O "kqueue": want auto, epoll or io_uring`},
 		{"event loops from env", map[string]string{"SNOWFLAKE_PROXY_EVENT_LOOPS": "5000"}, nil, "invalid --event-loops 5000"},
 		{"prepared inserts not a bool", map[string]string{"SNOWFLAKE_PROXY_PREPARED_INSERTS": "sometimes"}, nil, "SNOWFLAKE_PROXY_PREPARED_INSERTS"},
 		{"admin listen without port", nil, []string{"--admin-listen", "localhost"}, "invalid --admin-listen"},

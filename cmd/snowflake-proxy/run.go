@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/app"
+	"github.com/snowflake-proxy/snowflake-proxy/wire"
 )
 
 // options are the proxy's flags; each is also read from the environment as
@@ -40,6 +41,7 @@ type options struct {
 	maxClients                int
 	procs                     int
 	eventLoops                int
+	eventLoopIO               string
 	preparedInserts           bool
 	pprof                     string
 	adminListen               string
@@ -90,7 +92,8 @@ func (m *Main) flagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxClients, "max-clients", 0, "most client sessions at once; beyond it a client gets FATAL 53300 (0: no limit)")
 	fs.DurationVar(&o.idleTimeout, "idle-client-timeout", 0, "end a session whose client has been idle that long, outside a statement (FATAL 57P05; 25P03 in a transaction); 0: never")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: the CPUs the process may use, plus one per event loop; see setProcs)")
-	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions with epoll (0: one per CPU the process may use, or per P with --procs or $GOMAXPROCS; -1: none, every session on its own goroutines)")
+	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions (0: one per CPU the process may use, or per P with --procs or $GOMAXPROCS; -1: none, every session on its own goroutines)")
+	fs.StringVar(&o.eventLoopIO, "event-loop-io", "auto", "how the event loops move bytes: io_uring, epoll, or auto (io_uring where the kernel allows it, epoll otherwise)")
 	fs.BoolVar(&o.preparedInserts, "prepared-inserts", true, "run a repeated simple-protocol INSERT with snowflake defaults as a prepared statement the proxy makes in the session, planned once (false: send each as a Query)")
 	fs.StringVar(&o.pprof, "pprof", "", "address to serve net/http/pprof on, e.g. 127.0.0.1:6060 (empty: off)")
 	fs.StringVar(&o.adminListen, "admin-listen", "", "address of the admin HTTP listener: /metrics (Prometheus), /healthz, /readyz, e.g. 127.0.0.1:9187 (empty: off)")
@@ -148,6 +151,9 @@ func (m *Main) finishFlags(fs *flag.FlagSet, o *options, args []string, fromFile
 	}
 	if o.eventLoops < -1 || o.eventLoops > 1024 {
 		return nil, fmt.Errorf("invalid --event-loops %d: must be -1 (none), 0 (automatic) or 1..1024", o.eventLoops)
+	}
+	if err := wire.CheckEventLoopIO(o.eventLoopIO); err != nil {
+		return nil, fmt.Errorf("invalid --event-loop-io: %w", err)
 	}
 	if o.pprof != "" {
 		if _, _, err := net.SplitHostPort(o.pprof); err != nil {
@@ -225,7 +231,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 		TLSClientCA: o.tlsClientCA, RequireTLS: o.tlsRequire,
 		DialTimeout: o.dialTimeout, HandshakeTimeout: o.handshakeTimeout, UpstreamCheckTimeout: o.checkTimeout,
-		MaxClients: o.maxClients, IdleClientTimeout: o.idleTimeout, Logger: logger, EventLoops: loops,
+		MaxClients: o.maxClients, IdleClientTimeout: o.idleTimeout, Logger: logger, EventLoops: loops, EventLoopIO: o.eventLoopIO,
 		QueryInserts: !o.preparedInserts, AdminListen: o.adminListen}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {

@@ -81,6 +81,9 @@ type Config struct {
 	// EventLoops is wire.Config.EventLoops: 0 GOMAXPROCS, negative
 	// none.
 	EventLoops int
+	// EventLoopIO is wire.Config.EventLoopIO: "auto" (or empty),
+	// "io_uring" or "epoll".
+	EventLoopIO string
 	// QueryInserts is wire.Config.QueryInserts: true keeps every
 	// simple-protocol INSERT a Query.
 	QueryInserts bool
@@ -312,6 +315,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		Node:              cfg.Node,
 		Logger:            cfg.Logger,
 		EventLoops:        cfg.EventLoops,
+		EventLoopIO:       cfg.EventLoopIO,
 		QueryInserts:      cfg.QueryInserts,
 		MaxClients:        cfg.MaxClients,
 		IdleClientTimeout: cfg.IdleClientTimeout,

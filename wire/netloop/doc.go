@@ -1,5 +1,5 @@
 // Package netloop is the session I/O machinery of package wire, apart
-// from the protocol: the event loops (epoll, Linux), the non-blocking
+// from the protocol: the event loops (io_uring or epoll, Linux), the non-blocking
 // socket calls the pumps use, the readers and writers a loop puts under a
 // session's buffers, the parking of the pumps, and the hand-off of a
 // session between a loop thread and its goroutines. It knows of a message
@@ -20,6 +20,13 @@
 //     loop thread's turn on one readiness event.
 //   - loop_linux.go: Loop, the epoll thread, and the raw loop reader and
 //     writer; loop_other.go: no loops elsewhere (Available is false).
+//   - io.go: IO, the loop's backend (auto, epoll, io_uring).
+//   - uring_linux.go: the io_uring backend of Loop: a receive armed on
+//     each side of every session, into buffers the kernel picks from the
+//     loop's provided ones, sends queued per side, one io_uring_enter per
+//     batch of completions, and the cancelling handover;
+//     ring_linux.go: the ring itself (io_uring_setup, the mapped queues,
+//     the provided-buffer ring) with raw system calls.
 //   - park.go: ErrHandover, ErrWantLoop, and the parking that brings a
 //     session back to its loop.
 //   - debug.go, debug_on.go, debug_off.go: the loop-thread check
@@ -34,15 +41,19 @@
 //	                          ▼
 //	┌─────────────────────► ENTERED
 //	│      the loop thread runs Steps.Step for every whole message
-//	│      of a side that is ready (one read per event), then
-//	│      Steps.EndTurn (one write per batch)
+//	│      of a side that is ready (epoll: one read per event;
+//	│      io_uring: what one receive brought), then Steps.EndTurn
+//	│      (one write per batch; io_uring: queued, submitted with the
+//	│      batch)
 //	│                         │ a step returns ErrHandover (before it
 //	│                         │ changed anything), EOF, a read or
 //	│                         │ write error, a message larger than
 //	│                         │ the buffer, a peer slow to read
 //	│                         ▼
 //	│                    HANDED OVER
-//	│      the descriptors leave epoll; Relay.Wait returns the Exit
+//	│      the descriptors leave epoll (io_uring: what is in flight is
+//	│      cancelled, and the session leaves once the last completion
+//	│      is in); Relay.Wait returns the Exit
 //	│      and Relay.Leave gives net.Conns on the same sockets, the
 //	│      buffers as they are and what the loop could not write
 //	│                         ▼

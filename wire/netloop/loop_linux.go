@@ -29,7 +29,8 @@ const Available = true
 // once every session has left it.
 type Loop struct {
 	epfd int
-	wake [2]int // pipe: Stop writes to wake[1]
+	wake [2]int     // pipe: Stop writes to wake[1]
+	ur   *uringLoop // the io_uring backend; nil: epoll
 	log  *slog.Logger
 
 	mu       sync.Mutex
@@ -46,7 +47,35 @@ type loopSide struct {
 	gen  uint64
 }
 
-// NewLoop starts a loop thread.
+// IO returns the backend the loop runs.
+func (lp *Loop) IO() IO {
+	if lp.ur != nil {
+		return IOURing
+	}
+	return IOEpoll
+}
+
+// NewLoopIO starts a loop thread on the given backend. IOAuto falls back
+// to epoll where io_uring is refused; IOURing fails there.
+func NewLoopIO(kind IO, log *slog.Logger) (*Loop, error) {
+	if kind == IOEpoll {
+		return NewLoop(log)
+	}
+	lp := &Loop{epfd: -1, wake: [2]int{-1, -1}, log: log, done: make(chan struct{})}
+	// The ring is made on the loop thread: it is its only submitter
+	// (IORING_SETUP_SINGLE_ISSUER ties the ring to the thread that made it).
+	started := make(chan error, 1)
+	go runURing(lp, started)
+	if err := <-started; err != nil {
+		if kind == IOURing {
+			return nil, err
+		}
+		return NewLoop(log)
+	}
+	return lp, nil
+}
+
+// NewLoop starts an epoll loop thread.
 func NewLoop(log *slog.Logger) (*Loop, error) {
 	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
@@ -67,6 +96,10 @@ func NewLoop(log *slog.Logger) (*Loop, error) {
 }
 
 func (lp *Loop) closeFDs() {
+	if lp.ur != nil {
+		lp.ur.close()
+		return
+	}
 	_ = syscall.Close(lp.epfd)
 	_ = syscall.Close(lp.wake[0])
 	_ = syscall.Close(lp.wake[1])
@@ -78,7 +111,11 @@ func (lp *Loop) Stop() {
 	lp.mu.Lock()
 	lp.stopping = true
 	lp.mu.Unlock()
-	_, _ = syscall.Write(lp.wake[1], []byte{1})
+	if lp.ur != nil {
+		lp.ur.wake()
+	} else {
+		_, _ = syscall.Write(lp.wake[1], []byte{1})
+	}
 	<-lp.done
 	lp.closeFDs()
 }
@@ -87,6 +124,11 @@ func (lp *Loop) Stop() {
 // its own pipe included, as the kernel reports them, and how many
 // session sides it knows: after every session has left, 1 and 0.
 func (lp *Loop) Registered() (epoll, sides int, err error) {
+	if lp.ur != nil {
+		// What an epoll set would hold: the wake and each side.
+		n := 2 * int(lp.ur.active.Load())
+		return 1 + n, n, nil
+	}
 	info, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", lp.epfd))
 	if err != nil {
 		return 0, 0, err
@@ -211,10 +253,11 @@ func (lp *Loop) handover(r *Relay, side Side, err error) {
 }
 
 // loopReader is the reader under an Input while its session is in the
-// loop: one raw, non-blocking read per call.
+// loop: one raw, non-blocking read per call (epoll), or what the last
+// receive brought (io_uring, fd -1).
 type loopReader struct {
 	fd  int
-	pre []byte // bytes buffered before the switch, returned first
+	pre []byte // bytes buffered before the switch (io_uring: received), returned first
 	err error  // the read error that ended the loop's turn
 }
 
@@ -224,6 +267,9 @@ func (r *loopReader) Read(p []byte) (int, error) {
 	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if r.fd < 0 {
+		return 0, errWouldBlock // io_uring: what was received is in pre
 	}
 	n, e := readRaw(r.fd, p)
 	switch {

@@ -20,10 +20,21 @@ type loopReader struct{ err error }
 
 type loopWriter struct{ pending []byte }
 
+type uringRelay struct{}
+
 // NewLoop fails: no event loop on this system.
 func NewLoop(*slog.Logger) (*Loop, error) {
 	return nil, errors.New("no event loop on this system")
 }
+
+// NewLoopIO fails: no event loop on this system.
+func NewLoopIO(IO, *slog.Logger) (*Loop, error) { return NewLoop(nil) }
+
+// URingAvailable says no: no event loop on this system.
+func URingAvailable() error { return errors.New("no event loop on this system") }
+
+// IO is epoll here, for the record: there are no loops.
+func (lp *Loop) IO() IO { return IOEpoll }
 
 // Stop does nothing here.
 func (lp *Loop) Stop() {}

@@ -66,6 +66,7 @@ type Relay struct {
 
 	rd   [2]*loopReader
 	wr   [2]*loopWriter
+	ur   *uringRelay // an io_uring loop's state of the session (its thread's)
 	exit chan Exit
 	// last is the Exit of the last turn in a loop, for the pumps (LastExit).
 	last Exit

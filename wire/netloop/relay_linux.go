@@ -62,6 +62,15 @@ func (r *Relay) Enter(lp *Loop, conns [2]net.Conn, cancelled func() bool) (taken
 	r.last = Exit{}
 	gen := r.gen.Add(1) // before inLoop: see Loop.run
 	r.inLoop.Store(true)
+	if lp.ur != nil {
+		if err := lp.enterURing(r, cfd, sfd); err != nil {
+			r.inLoop.Store(false)
+			r.ur = nil
+			r.last = Exit{Side: Client}
+			return true, err
+		}
+		return true, nil
+	}
 	if err := lp.add(r, cfd, sfd, gen); err != nil {
 		r.inLoop.Store(false)
 		r.last = Exit{Side: Client}
@@ -114,6 +123,9 @@ func (r *Relay) Leave() (conns [2]net.Conn, err error) {
 		in.UsePoll(c)
 		if in.src != nil {
 			in.src.err = r.rd[s].err
+			// What the loop read and its Input did not take yet (an
+			// io_uring loop's receives), after what it did.
+			in.src.pre = append(in.src.pre, r.rd[s].pre...)
 		}
 		// What the sockets did not take is written by the pumps, each
 		// before anything else in its direction, so that neither waits
