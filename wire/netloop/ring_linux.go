@@ -41,6 +41,7 @@ const (
 	opAsyncCancel = 14
 
 	sqeBufferSelect = 1 << 5
+	sqeSkipSuccess  = 1 << 6
 
 	cancelAll = 1 << 0
 	cancelFD  = 1 << 1

@@ -22,16 +22,22 @@ import (
 // loop: the bytes received (in a buffer the kernel picked from the loop's
 // provided buffers, so that an idle session holds none) are what the
 // side's loop reader returns, and what the steps write is copied into the
-// destination side's send queue. A side has one send in flight at a time;
-// what is written meanwhile goes after it.
+// destination side's send queue, sent with the batch. Sends never wait in
+// the kernel: non-blocking, all or nothing (MSG_DONTWAIT, MSG_WAITALL), and
+// posting no completion when they sent everything (IOSQE_CQE_SKIP_SUCCESS),
+// so that a send the socket took does not end the next wait with nothing
+// to do, and once io_uring_enter has returned every send it submitted is
+// over: one that posted no completion sent everything, one that did says
+// how much went (a full socket buffer: the peer is slow to read, and the
+// session goes to its goroutines, which wait for it, as from epoll).
 //
 // Handover (a step's ErrHandover, end of input, an error, a peer slow to
-// read) cannot be immediate: the kernel may still be receiving into a
-// buffer or sending from one. The session is marked leaving, everything it
-// has in flight is cancelled, and once the last completion is in, what
-// was received and not consumed is kept for the pumps' inputs, what was
-// not sent becomes the pumps' pending writes, and the session goes to its
-// goroutine as from the epoll loop.
+// read) cannot be immediate: a receive may be armed on the other side,
+// and a send submitted by the last enter is confirmed only after it. The
+// session is marked leaving, its armed receives are cancelled, and once
+// the last completion is in, what was received and not consumed is kept
+// for the pumps' inputs, what was not sent becomes the pumps' pending
+// writes, and the session goes to its goroutine as from the epoll loop.
 
 // recvBuffers is how many receive buffers (of BufferSize) a loop provides
 // the kernel; a variable for the tests that run a loop short of them.
@@ -41,9 +47,6 @@ const (
 	ringEntries = 256 // submission queue; completions 4x
 
 	bufGroup = 1
-	// maxQueued bounds what a side may have queued behind a send in
-	// flight: more, and the peer is slow to read: a goroutine waits.
-	maxQueued = 4 * BufferSize
 
 	uOpRecv   = 1
 	uOpSend   = 2
@@ -68,6 +71,7 @@ type uringLoop struct {
 	// again once buffers came back.
 	noBuffers atomic.Uint64
 	flush     []uslot // sides with bytes queued and no send in flight
+	sends     []uslot // sides whose send the last enter submitted
 	rearm     []uslot // sides whose receive must be armed again
 }
 
@@ -81,7 +85,7 @@ type uslot struct {
 type uringRelay struct {
 	slot     uint32
 	side     [2]uringSide
-	inflight int // operations submitted and not completed
+	inflight int // operations submitted and not over (sends until confirmed)
 	leaving  bool
 	exit     Exit
 }
@@ -90,7 +94,7 @@ type uringRelay struct {
 type uringSide struct {
 	fd      int
 	armed   bool   // a receive is in flight
-	busy    bool   // a send is in flight, of sending[sent:]
+	busy    bool   // a send of sending[sent:] was submitted, not yet confirmed
 	dirty   bool   // in uringLoop.flush
 	sending []byte // bytes of the send in flight: untouched until it completes
 	sent    int
@@ -122,6 +126,8 @@ func URingAvailable() error {
 	if !littleEndian() {
 		return errors.New("io_uring loop: big-endian machine")
 	}
+	runtime.LockOSThread() // the ring's one submitter
+	defer runtime.UnlockOSThread()
 	rg, err := newRing(4)
 	if err != nil {
 		return err
@@ -132,6 +138,42 @@ func URingAvailable() error {
 		return err
 	}
 	_ = syscall.Munmap(br.mem)
+	return probeSendNoWait(rg)
+}
+
+// probeSendNoWait checks that a send to a full socket ends at once with
+// EAGAIN, as the loop's sends rely on (they must never be left waiting:
+// see above), rather than waiting for room.
+func probeSendNoWait(rg *ring) error {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("io_uring probe: %w", err)
+	}
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	_ = syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096)
+	fill := make([]byte, 4096)
+	for {
+		if _, err := syscall.Write(fds[0], fill); err != nil {
+			break
+		}
+	}
+	s := rg.next()
+	s.opcode = opSend
+	s.fd = int32(fds[0])
+	s.addr = uint64(uintptr(unsafe.Pointer(&fill[0])))
+	s.len = 1
+	s.opFlags = syscall.MSG_NOSIGNAL | syscall.MSG_DONTWAIT | syscall.MSG_WAITALL
+	s.flags = sqeSkipSuccess
+	if err := rg.enter(false); err != nil {
+		return err
+	}
+	res, got := int32(0), false
+	rg.reap(func(c cqe) { res, got = c.res, true })
+	runtime.KeepAlive(fill)
+	if !got || res != -int32(syscall.EAGAIN) {
+		return fmt.Errorf("io_uring: a non-blocking send to a full socket did not end at once with EAGAIN (completion %v, result %d)", got, res)
+	}
 	return nil
 }
 
@@ -151,6 +193,11 @@ func newURingLoop() (*uringLoop, error) {
 	}
 	br, err := newBufRing(rg, recvBuffers, BufferSize, bufGroup)
 	if err != nil {
+		rg.close()
+		return nil, err
+	}
+	if err := probeSendNoWait(rg); err != nil {
+		_ = syscall.Munmap(br.mem)
 		rg.close()
 		return nil, err
 	}
@@ -211,8 +258,10 @@ func (u *uringLoop) send(r *Relay, side Side) {
 	s.fd = int32(us.fd)
 	s.addr = uint64(uintptr(unsafe.Pointer(&b[0])))
 	s.len = uint32(len(b))
-	s.opFlags = syscall.MSG_NOSIGNAL
+	s.opFlags = syscall.MSG_NOSIGNAL | syscall.MSG_DONTWAIT | syscall.MSG_WAITALL
+	s.flags = sqeSkipSuccess
 	s.userData = tag(uOpSend, r.ur.slot, side)
+	u.sends = append(u.sends, uslot{r.ur.slot, side})
 	us.busy = true
 	r.ur.inflight++
 }
@@ -244,6 +293,7 @@ func (u *uringLoop) run(lp *Loop) {
 			return
 		}
 		u.rg.reap(complete)
+		u.confirmSends(lp)
 		lp.mu.Lock()
 		stopping := lp.stopping
 		u.arriving = append(u.arriving[:0], u.incoming...)
@@ -378,11 +428,6 @@ func (u *uringLoop) received(r *Relay, side Side, c cqe) {
 	} else {
 		rd.pre = nil
 	}
-	for s := range r.ur.side {
-		if o := &r.ur.side[s]; o.busy && len(o.queued) > maxQueued && err == nil {
-			err = ErrHandover // a peer is slow to read: wait for it in a goroutine
-		}
-	}
 	if err != nil {
 		u.leave(r, side, err)
 		return
@@ -390,27 +435,50 @@ func (u *uringLoop) received(r *Relay, side Side, c cqe) {
 	u.rearm = append(u.rearm, uslot{r.ur.slot, side})
 }
 
-// sentSome handles a send's completion.
+// sentSome handles a send's completion, which it posts only when it did
+// not send everything: res is how much went, or an error (EAGAIN: nothing
+// went).
 func (u *uringLoop) sentSome(r *Relay, side Side, res int32) {
 	us := &r.ur.side[side]
 	us.busy = false
 	if res > 0 {
 		us.sent += int(res)
 	}
-	if r.ur.leaving {
+	if us.sent >= len(us.sending) {
+		u.sendDone(r, side) // a kernel that posts successes too
 		return
 	}
-	if res < 0 {
-		r.wr[side].err = os.NewSyscallError("write", syscall.Errno(-res))
-		u.leave(r, side, r.wr[side].err)
-		return
+	// A peer slow to read (EAGAIN, or part sent) or an error: the pumps
+	// send the rest first, and wait for the peer or meet the error
+	// themselves, as after the epoll loop's write; the exit names the side
+	// whose turn wrote.
+	u.leave(r, 1-side, ErrHandover)
+}
+
+// confirmSends ends the sends the last enter submitted that posted no
+// completion: they sent everything.
+func (u *uringLoop) confirmSends(lp *Loop) {
+	for _, a := range u.sends {
+		r := u.slots[a.slot]
+		if r == nil || !r.ur.side[a.side].busy {
+			continue // over: sentSome had its completion
+		}
+		r.ur.side[a.side].busy = false
+		r.ur.inflight--
+		u.sendDone(r, a.side)
+		if r.ur.leaving && r.ur.inflight == 0 {
+			u.finish(lp, r)
+		}
 	}
-	if us.sent < len(us.sending) {
-		u.send(r, side) // a short send: the rest
-		return
-	}
+	u.sends = u.sends[:0]
+}
+
+// sendDone clears a side's sent bytes and lists what was queued behind
+// them for the next batch.
+func (u *uringLoop) sendDone(r *Relay, side Side) {
+	us := &r.ur.side[side]
 	us.sending, us.sent = us.sending[:0], 0
-	if len(us.queued) > 0 && !us.dirty {
+	if len(us.queued) > 0 && !us.dirty && !r.ur.leaving {
 		us.dirty = true
 		u.flush = append(u.flush, uslot{r.ur.slot, side})
 	}
@@ -429,7 +497,7 @@ func (u *uringLoop) leave(r *Relay, side Side, err error) {
 	r.ur.exit = Exit{Side: side, Err: err}
 	for s := range r.ur.side {
 		us := &r.ur.side[s]
-		if us.armed || us.busy {
+		if us.armed { // a send is never left waiting: nothing to cancel
 			c := u.rg.next()
 			c.opcode = opAsyncCancel
 			c.fd = int32(us.fd)
