@@ -151,21 +151,23 @@ const (
 	maxLoopMin    = 4096 // the longest back-off, in client messages
 )
 
-// DefaultEventLoops is Config.EventLoops's default for procs GOMAXPROCS:
-// one loop per core, sessions assigned in turn. On the 2-core benchmark
-// machine one loop relayed a round trip with less CPU (more events per
-// wake-up) but no more throughput, and less for simple-protocol SELECT 1
-// and for the statements the proxy answers alone, which are bound by the
-// loop thread; a load-based policy did not tell the two apart
-// (bench/README.md, "Figures behind design choices").
+// DefaultEventLoops is Config.EventLoops's default for procs GOMAXPROCS
+// (the CPUs the process may use): one loop per two, at least one,
+// sessions assigned in turn. A loop relays for sessions whose servers and
+// clients need the CPUs too: the relay was about a third of a relayed
+// transaction's CPU in the benchmarks, and on 2 CPUs one loop used 20-40%
+// less CPU per transaction than two, in every 8-client workload
+// (statements the proxy answers alone included), for as many or more
+// transactions a second (bench/README.md, "Figures behind design
+// choices").
 //
-// A loop thread waits in epoll_wait holding a P (cmd/snowflake-proxy
+// A loop thread waits in the kernel holding a P (cmd/snowflake-proxy
 // gives the loops Ps of their own for that reason).
-func DefaultEventLoops(procs int) int { return max(1, procs) }
+func DefaultEventLoops(procs int) int { return max(1, procs/2) }
 
 // EventLoopsAvailable reports whether this platform has event loops
-// (Linux, io_uring or epoll); elsewhere Config.EventLoops is ignored and every session
-// runs on its own goroutines.
+// (Linux, io_uring or epoll); elsewhere Config.EventLoops is ignored and
+// every session runs on its own goroutines.
 const EventLoopsAvailable = netloop.Available
 
 // CheckEventLoopIO reports whether s is a valid Config.EventLoopIO, and,

@@ -482,3 +482,11 @@ func TestTerminateGetsNoError(t *testing.T) {
 		s.c.Close()
 	}
 }
+
+func TestDefaultEventLoops(t *testing.T) {
+	for _, c := range []struct{ procs, loops int }{{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 2}, {8, 4}, {64, 32}} {
+		if got := DefaultEventLoops(c.procs); got != c.loops {
+			t.Errorf("DefaultEventLoops(%d) = %d, want %d", c.procs, got, c.loops)
+		}
+	}
+}

@@ -92,7 +92,7 @@ func (m *Main) flagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxClients, "max-clients", 0, "most client sessions at once; beyond it a client gets FATAL 53300 (0: no limit)")
 	fs.DurationVar(&o.idleTimeout, "idle-client-timeout", 0, "end a session whose client has been idle that long, outside a statement (FATAL 57P05; 25P03 in a transaction); 0: never")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS: how many threads run Go code at once (0: the CPUs the process may use, plus one per event loop; see setProcs)")
-	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions (0: one per CPU the process may use, or per P with --procs or $GOMAXPROCS; -1: none, every session on its own goroutines)")
+	fs.IntVar(&o.eventLoops, "event-loops", 0, "threads relaying sessions (0: one per two CPUs the process may use, at least one, or per two Ps with --procs or $GOMAXPROCS; -1: none, every session on its own goroutines)")
 	fs.StringVar(&o.eventLoopIO, "event-loop-io", "auto", "how the event loops move bytes: io_uring, epoll, or auto (io_uring where the kernel allows it, epoll otherwise)")
 	fs.BoolVar(&o.preparedInserts, "prepared-inserts", true, "run a repeated simple-protocol INSERT with snowflake defaults as a prepared statement the proxy makes in the session, planned once (false: send each as a Query)")
 	fs.StringVar(&o.pprof, "pprof", "", "address to serve net/http/pprof on, e.g. 127.0.0.1:6060 (empty: off)")

@@ -18,9 +18,10 @@ import (
 // and the number of event loops in effect.
 //
 // procs > 0, or the GOMAXPROCS environment variable, is used as is; loops
-// 0 is then one loop per P (wire.DefaultEventLoops). Otherwise the loops
+// 0 is then one loop per two Ps (wire.DefaultEventLoops). Otherwise the loops
 // get Ps of their own on top of the runtime's choice (the CPUs the process
-// may use). A loop thread spends most of its time in epoll_wait, and the
+// may use). A loop thread spends most of its time waiting in the kernel
+// (io_uring_enter, epoll_wait), and the
 // runtime counts a thread in a system call as holding its P: with no P
 // idle, its monitor thread (sysmon) takes the loop's P back 20 µs into
 // every wait and keeps waking every 20 µs to do so, and the loop's return

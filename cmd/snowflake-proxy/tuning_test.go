@@ -20,9 +20,9 @@ func TestSetProcsGivesEventLoopsTheirOwnPs(t *testing.T) {
 		{"defaults", "", 0, 0, 0, -1, 0},
 		{"one loop", "", 0, 1, 0, 1, 1},
 		{"no loops", "", 0, -1, 0, 0, -1},
-		{"--procs is used as is", "", 3, 0, 3, 0, 3},
+		{"--procs is used as is", "", 3, 0, 3, 0, 1},
 		{"--procs with one loop", "", 3, 1, 3, 0, 1},
-		{"$GOMAXPROCS is used as is", "2", 0, 0, 2, 0, 2},
+		{"$GOMAXPROCS is used as is", "2", 0, 0, 2, 0, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			runtime.SetDefaultGOMAXPROCS()
