@@ -154,12 +154,11 @@ const (
 // DefaultEventLoops is Config.EventLoops's default for procs GOMAXPROCS
 // (the CPUs the process may use): one loop per two, at least one,
 // sessions assigned in turn. A loop relays for sessions whose servers and
-// clients need the CPUs too: the relay was about a third of a relayed
-// transaction's CPU in the benchmarks, and on 2 CPUs one loop used 20-40%
-// less CPU per transaction than two, in every 8-client workload
-// (statements the proxy answers alone included), for as many or more
-// transactions a second (bench/README.md, "Figures behind design
-// choices").
+// clients need the CPUs too, and fewer loops wait for more completions at
+// a time: on the 2-CPU benchmark machine one loop used less CPU per
+// transaction than two in every 8-client workload, statements the proxy
+// answers alone included, for as many transactions a second or more
+// (bench/README.md, "io_uring loops and the number of loops").
 //
 // A loop thread waits in the kernel holding a P (cmd/snowflake-proxy
 // gives the loops Ps of their own for that reason).
