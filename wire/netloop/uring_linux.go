@@ -395,7 +395,9 @@ func (u *uringLoop) received(r *Relay, side Side, c cqe) {
 	if r.ur.leaving {
 		// Cancelled, or came before the cancel: keep it for the pumps.
 		rd.pre = append(rd.pre, data...)
-		if c.res < 0 && c.res != -int32(syscall.ECANCELED) && rd.err == nil {
+		// A receive cancelled, or that found no buffer, read nothing: the
+		// pumps read the socket themselves.
+		if c.res < 0 && c.res != -int32(syscall.ECANCELED) && c.res != -int32(syscall.ENOBUFS) && rd.err == nil {
 			rd.err = os.NewSyscallError("read", syscall.Errno(-c.res))
 		}
 		return

@@ -6,11 +6,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -84,7 +86,7 @@ func (s *loopSession) leave(t *testing.T) Exit {
 	return x
 }
 
-func newURingLoop_t(t *testing.T) *Loop {
+func startURingLoop(t *testing.T) *Loop {
 	t.Helper()
 	if err := URingAvailable(); err != nil {
 		t.Skip("io_uring:", err)
@@ -107,7 +109,7 @@ func newURingLoop_t(t *testing.T) *Loop {
 func TestURingLoopShortOfBuffers(t *testing.T) {
 	defer func(n int) { recvBuffers = n }(recvBuffers)
 	recvBuffers = 2
-	lp := newURingLoop_t(t)
+	lp := startURingLoop(t)
 	defer lp.Stop()
 	const sessions, trips = 12, 200
 	ss := make([]*loopSession, sessions)
@@ -196,7 +198,7 @@ func TestURingLoopShortOfBuffers(t *testing.T) {
 // with the bytes the socket did not take as the pumps' pending write, in
 // order after what the server already has.
 func TestURingLoopSlowPeerHandsOverUnsentBytes(t *testing.T) {
-	lp := newURingLoop_t(t)
+	lp := startURingLoop(t)
 	defer lp.Stop()
 	s := enterSession(t, lp)
 	var sent bytes.Buffer
@@ -263,7 +265,7 @@ func commonPrefix(a, b []byte) int {
 // together, many times: whatever the loop relayed before the handover
 // reached the server or is pending for it, and the loop lives on.
 func TestURingLoopWriteThenLeaveInOneBatch(t *testing.T) {
-	lp := newURingLoop_t(t)
+	lp := startURingLoop(t)
 	defer lp.Stop()
 	relayed := message('Q', "relayed")
 	for i := range 200 {
@@ -287,5 +289,23 @@ func TestURingLoopWriteThenLeaveInOneBatch(t *testing.T) {
 		if !bytes.Equal(got, relayed) {
 			t.Fatalf("session %d: the server got and has pending %q, want %q", i, got, relayed)
 		}
+	}
+}
+
+// Regression: a receive of a leaving session that completed with ENOBUFS
+// (it found no buffer, and read nothing) was kept as the side's read
+// error, and the pump would have ended the session with "no buffer space
+// available". A real read error is still kept.
+func TestURingLeavingReceiveWithoutBufferIsNoReadError(t *testing.T) {
+	r := &Relay{rd: [2]*loopReader{{fd: -1}, {fd: -1}}, ur: &uringRelay{leaving: true}}
+	u := &uringLoop{}
+	u.received(r, Server, cqe{res: -int32(syscall.ENOBUFS)})
+	u.received(r, Server, cqe{res: -int32(syscall.ECANCELED)})
+	if err := r.rd[Server].err; err != nil {
+		t.Fatalf("read error %v after receives that read nothing", err)
+	}
+	u.received(r, Server, cqe{res: -int32(syscall.ECONNRESET)})
+	if err := r.rd[Server].err; !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("read error %v, want ECONNRESET kept for the pump", err)
 	}
 }
