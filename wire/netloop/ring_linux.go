@@ -222,7 +222,6 @@ type bufRing struct {
 	mask      uint16
 	tail      uint16
 	published uint16 // the tail the kernel has
-	group     uint16
 }
 
 // newBufRing registers n buffers of size bytes (n a power of two) as
@@ -243,13 +242,17 @@ func newBufRing(rg *ring, n, size int, group uint16) (*bufRing, error) {
 		_ = syscall.Munmap(mem)
 		return nil, os.NewSyscallError("io_uring_register", e)
 	}
-	br := &bufRing{mem: mem, bufs: make([]byte, n*size), size: size, mask: uint16(n - 1), group: group}
+	br := &bufRing{mem: mem, bufs: make([]byte, n*size), size: size, mask: uint16(n - 1)}
 	for i := range n {
 		br.put(uint16(i))
 	}
 	br.publish()
 	return br, nil
 }
+
+// close unmaps the ring; the io_uring it was registered with must be
+// closed or no longer use it.
+func (br *bufRing) close() { _ = syscall.Munmap(br.mem) }
 
 // buf returns buffer id's first n bytes.
 func (br *bufRing) buf(id uint16, n int) []byte {

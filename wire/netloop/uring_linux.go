@@ -121,24 +121,17 @@ func (w *uringWriter) Write(p []byte) (int, error) {
 
 // URingAvailable reports whether this kernel gives the loop io_uring with
 // what it uses (Linux 6.1: single issuer, deferred task work, provided
-// buffer rings), and if not, why.
+// buffer rings, sends that end at once), and if not, why: it sets up a
+// loop's io_uring state and closes it.
 func URingAvailable() error {
-	if !littleEndian() {
-		return errors.New("io_uring loop: big-endian machine")
-	}
 	runtime.LockOSThread() // the ring's one submitter
 	defer runtime.UnlockOSThread()
-	rg, err := newRing(4)
+	u, err := newURingLoop()
 	if err != nil {
 		return err
 	}
-	defer rg.close()
-	br, err := newBufRing(rg, 1, 64, bufGroup)
-	if err != nil {
-		return err
-	}
-	_ = syscall.Munmap(br.mem)
-	return probeSendNoWait(rg)
+	u.close()
+	return nil
 }
 
 // probeSendNoWait checks that a send to a full socket ends at once with
@@ -197,13 +190,13 @@ func newURingLoop() (*uringLoop, error) {
 		return nil, err
 	}
 	if err := probeSendNoWait(rg); err != nil {
-		_ = syscall.Munmap(br.mem)
+		br.close()
 		rg.close()
 		return nil, err
 	}
 	fd, _, e := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC, 0)
 	if e != 0 {
-		_ = syscall.Munmap(br.mem)
+		br.close()
 		rg.close()
 		return nil, os.NewSyscallError("eventfd2", e)
 	}
@@ -211,7 +204,7 @@ func newURingLoop() (*uringLoop, error) {
 }
 
 func (u *uringLoop) close() {
-	_ = syscall.Munmap(u.bufs.mem)
+	u.bufs.close()
 	u.rg.close()
 	_ = syscall.Close(u.wakeFD)
 }
@@ -285,7 +278,7 @@ func (u *uringLoop) run(lp *Loop) {
 	leave := enterLoopThread()
 	defer leave()
 	u.armWake()
-	complete := u.complete(lp) // bound once: no allocation per batch
+	complete := u.complete // bound once: no allocation per batch
 	for {
 		u.submitBatch()
 		if err := u.rg.enter(true); err != nil {
@@ -293,12 +286,10 @@ func (u *uringLoop) run(lp *Loop) {
 			return
 		}
 		u.rg.reap(complete)
-		u.confirmSends(lp)
+		u.confirmSends()
 		lp.mu.Lock()
 		stopping := lp.stopping
-		u.arriving = append(u.arriving[:0], u.incoming...)
-		clear(u.incoming)
-		u.incoming = u.incoming[:0]
+		u.arriving, u.incoming = u.incoming, u.arriving[:0]
 		lp.mu.Unlock()
 		if stopping {
 			return
@@ -355,27 +346,25 @@ func (u *uringLoop) arrive(r *Relay) {
 	}
 }
 
-// complete returns the handler of one completion.
-func (u *uringLoop) complete(lp *Loop) func(c cqe) {
-	return func(c cqe) {
-		op := int(c.userData >> 56)
-		if op == uOpWake {
-			u.woken.Store(false)
-			u.armWake()
-			return
-		}
-		r := u.slots[uint32(c.userData)]
-		side := Side(c.userData >> 48 & 0xff)
-		r.ur.inflight--
-		switch op {
-		case uOpRecv:
-			u.received(r, side, c)
-		case uOpSend:
-			u.sentSome(r, side, c.res)
-		}
-		if r.ur.leaving && r.ur.inflight == 0 {
-			u.finish(lp, r)
-		}
+// complete handles one completion.
+func (u *uringLoop) complete(c cqe) {
+	op := int(c.userData >> 56)
+	if op == uOpWake {
+		u.woken.Store(false)
+		u.armWake()
+		return
+	}
+	r := u.slots[uint32(c.userData)]
+	side := Side(c.userData >> 48 & 0xff)
+	r.ur.inflight--
+	switch op {
+	case uOpRecv:
+		u.received(r, side, c)
+	case uOpSend:
+		u.sentSome(r, side, c.res)
+	}
+	if r.ur.leaving && r.ur.inflight == 0 {
+		u.finish(r)
 	}
 }
 
@@ -459,7 +448,7 @@ func (u *uringLoop) sentSome(r *Relay, side Side, res int32) {
 
 // confirmSends ends the sends the last enter submitted that posted no
 // completion: they sent everything.
-func (u *uringLoop) confirmSends(lp *Loop) {
+func (u *uringLoop) confirmSends() {
 	for _, a := range u.sends {
 		r := u.slots[a.slot]
 		if r == nil || !r.ur.side[a.side].busy {
@@ -469,7 +458,7 @@ func (u *uringLoop) confirmSends(lp *Loop) {
 		r.ur.inflight--
 		u.sendDone(r, a.side)
 		if r.ur.leaving && r.ur.inflight == 0 {
-			u.finish(lp, r)
+			u.finish(r)
 		}
 	}
 	u.sends = u.sends[:0]
@@ -510,19 +499,16 @@ func (u *uringLoop) leave(r *Relay, side Side, err error) {
 	}
 }
 
-// finish hands r, with nothing in flight, to its goroutine.
-func (u *uringLoop) finish(lp *Loop, r *Relay) {
+// finish hands r, with nothing in flight, to its goroutine. What its
+// loop readers hold is already a copy (received), not a receive buffer.
+func (u *uringLoop) finish(r *Relay) {
 	for s := range r.ur.side {
 		us := &r.ur.side[s]
 		var pending []byte
 		if us.sent < len(us.sending) {
 			pending = append(pending, us.sending[us.sent:]...)
 		}
-		pending = append(pending, us.queued...)
-		r.wr[s].pending = pending
-		if len(r.rd[s].pre) > 0 {
-			r.rd[s].pre = append([]byte(nil), r.rd[s].pre...)
-		}
+		r.wr[s].pending = append(pending, us.queued...)
 	}
 	u.slots[r.ur.slot] = nil
 	u.free = append(u.free, r.ur.slot)
@@ -531,7 +517,6 @@ func (u *uringLoop) finish(lp *Loop, r *Relay) {
 	r.ur = nil
 	r.inLoop.Store(false)
 	r.exit <- exit
-	_ = lp
 }
 
 // enterURing registers an entered session with an io_uring loop: the loop
