@@ -51,6 +51,53 @@ type allocator struct {
 	// the renewal in flight.
 	jumpedTo int64
 	reported int64
+
+	// covered is the highest position the store is known to hold as
+	// issued (the sequence's last_value in compat): a report, a floor or a
+	// jump. coverWant is the highest one a caller waits to see covered
+	// before it issues a position dated after the clock (see uncovered).
+	covered   atomic.Int64
+	coverWant atomic.Int64
+}
+
+// uncovered reports whether issuing position p at now must first wait
+// for a renewal that reports it: p is dated after the clock, and after the
+// millisecond of what the store holds. The server's shim issues above
+// what the store holds (S), at the later of its clock (which the
+// generator's does not run ahead of) and S's millisecond, with a count the
+// generator never uses or above every lease: its next ID is larger than
+// p unless p's millisecond is after both. Without this a shim ID that the
+// same session gets next would be smaller (regression: after a proxy
+// restart the fast path continues above the dead proxy's lease top, up to
+// a lease ahead of the clock, and per-row shim IDs came out one
+// millisecond below fast-path IDs that preceded them on the same
+// connection). It costs one round trip per millisecond that IDs run
+// ahead of the clock, and nothing while they follow it.
+func (a *allocator) uncovered(p, now int64) bool {
+	ms := p >> CountBits
+	return ms > now && ms > a.covered.Load()>>CountBits
+}
+
+// askCover asks the next renewal to report position p as issued (it is
+// within the lease ending at hi).
+func (a *allocator) askCover(p, hi int64) {
+	want := min(p, hi)
+	for {
+		cur := a.coverWant.Load()
+		if cur >= want || a.coverWant.CompareAndSwap(cur, want) {
+			return
+		}
+	}
+}
+
+// raiseCovered records that the store holds position p as issued.
+func (a *allocator) raiseCovered(p int64) {
+	for {
+		cur := a.covered.Load()
+		if cur >= p || a.covered.CompareAndSwap(cur, p) {
+			return
+		}
+	}
 }
 
 // seal ends issuing from the current lease: last is moved to the lease's
@@ -109,6 +156,14 @@ func (a *allocator) next(ctx context.Context, inc int64) (int64, error) {
 		hi := a.hi.Load()
 		last := a.last.Load()
 		p := NextFast(last, now, inc)
+		if p <= hi && a.uncovered(p, now) {
+			a.askCover(p, hi)
+			if err := a.await(ctx, 0); err != nil {
+				return 0, err
+			}
+			now = a.g.clock.NowMs()
+			continue
+		}
 		if p <= hi {
 			if !a.last.CompareAndSwap(last, p) {
 				continue
@@ -146,9 +201,12 @@ func (a *allocator) tryNext(inc int64) (int64, bool, error) {
 		hi := a.hi.Load()
 		last := a.last.Load()
 		p := NextFast(last, now, inc)
-		if p > hi {
+		if p > hi || a.uncovered(p, now) {
 			if err := a.failingFast(); err != nil {
 				return 0, false, err
+			}
+			if p <= hi {
+				a.askCover(p, hi)
 			}
 			_, err := a.start(p)
 			return 0, false, err
@@ -295,7 +353,7 @@ func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 	// this allocator may have issued, instead of granting less.
 	want := Position(a.g.clock.NowMs()+a.g.leaseMs, MaxCount)
 	want = min(max(want, need, prevHi+1), MaxPosition)
-	issued := a.last.Load()
+	issued := max(a.last.Load(), min(a.coverWant.Load(), prevHi))
 	if issued <= a.jumpedTo || issued <= a.reported {
 		issued = 0 // nothing issued since the jump or the last report
 	}
@@ -309,6 +367,7 @@ func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 			key, l.Lo, l.Hi, prevHi, ErrExhausted)
 	}
 	a.reported = max(a.reported, issued)
+	a.raiseCovered(max(issued, l.Floor))
 	var jump int64
 	if l.Lo != prevHi {
 		// Someone else issued (or reserved) positions since our last lease:
@@ -336,6 +395,9 @@ func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 				break
 			}
 		}
+		// The store raised the sequence to a jump above Lo (compat's
+		// _lease: to H when another run moved it), as it holds Floor.
+		a.raiseCovered(jump)
 	}
 	a.hi.Store(l.Hi)
 	return nil

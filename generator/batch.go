@@ -156,6 +156,14 @@ func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from in
 		hi := a.hi.Load()
 		last := a.last.Load()
 		p := a.positions(now, last, reqs, from)
+		if p <= hi && a.uncovered(p, now) {
+			a.askCover(p, hi)
+			if err := a.await(ctx, 0); err != nil {
+				return err
+			}
+			now = a.g.clock.NowMs()
+			continue
+		}
 		if p <= hi {
 			if !a.last.CompareAndSwap(last, p) {
 				continue
@@ -185,6 +193,10 @@ func (a *allocator) tryTake(now int64, reqs []Request, from int) (bool, error) {
 		if p > hi {
 			return false, a.startFor(p)
 		}
+		if a.uncovered(p, now) {
+			a.askCover(p, hi)
+			return false, a.startFor(p)
+		}
 		if !a.last.CompareAndSwap(last, p) {
 			continue
 		}
@@ -203,7 +215,12 @@ func (a *allocator) ready(now int64, reqs []Request, from int) (bool, error) {
 		return false, a.startFor(0)
 	}
 	hi := a.hi.Load()
-	if p := a.positions(now, a.last.Load(), reqs, from); p > hi {
+	p := a.positions(now, a.last.Load(), reqs, from)
+	if p > hi {
+		return false, a.startFor(p)
+	}
+	if a.uncovered(p, now) {
+		a.askCover(p, hi)
 		return false, a.startFor(p)
 	}
 	return true, nil

@@ -9,7 +9,8 @@ import (
 // real store in package compat: per key a high-water mark hw (every position
 // <= hw may have been issued); Lease returns Lo = hw and Hi = max(wantHi,
 // hw+1), then sets hw = Hi; it records the highest issued position
-// reported (Issued). It is safe for concurrent use. Tests use its
+// reported (Issued), and hw when it is not where the caller's previous
+// lease ended. It is safe for concurrent use. Tests use its
 // extra methods to simulate other issuers and failures.
 type MemStore struct {
 	// BeforeLease, when set, runs at the start of every Lease call, outside
@@ -49,6 +50,11 @@ func (s *MemStore) Lease(ctx context.Context, key Key, prevHi, wantHi, issued in
 	}
 	s.issued[key] = max(s.issued[key], issued)
 	lo := s.hw[key]
+	if lo != prevHi {
+		// As compat's: positions up to hw may have been issued unreported
+		// (another run of this key), and are recorded as issued.
+		s.issued[key] = max(s.issued[key], lo)
+	}
 	hi := max(wantHi, lo+1, s.floor[key]+1)
 	s.hw[key] = hi
 	return Lease{Lo: lo, Hi: hi, Floor: s.floor[key]}, nil
