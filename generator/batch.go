@@ -12,8 +12,8 @@ type Request struct {
 	// Inc is the sequence's INCREMENT BY (pg_sequence.seqincrement) as the
 	// caller's session sees it: the extension reads it on every call, so
 	// an ALTER SEQUENCE applies from the next call on, and inside the
-	// altering transaction already. Below 1 it counts as 1 (see Next in
-	// rule.go).
+	// altering transaction already. Below 1 every ID takes the next
+	// millisecond (see Next in rule.go).
 	Inc int64
 	ID  int64 // the result
 

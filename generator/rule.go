@@ -12,10 +12,12 @@ package generator
 // that goes backwards never makes positions go backwards: the result is
 // always greater than lastPos.
 //
-// PostgreSQL sequences may have a negative or zero INCREMENT BY. The pgEdge
-// rule with such an increment would repeat or decrease positions, so an
-// increment below 1 is clamped to 1: IDs must stay unique and increasing
-// whatever the sequence says.
+// PostgreSQL sequences may have a negative INCREMENT BY (never zero). The
+// extension adds it to the 12-bit count, which wraps below 0 to a value
+// past 4095: the next millisecond, count 0, as for an increment of 4096.
+// Where it would not wrap (a count above 0 that another path left) the
+// extension would go back; this rule bumps then too, so that IDs stay
+// unique and increasing whatever the sequence says (docs/compatibility.md).
 func Next(lastPos, nowMs, increment int64) int64 {
 	return nextBelow(lastPos, nowMs, increment, MaxCount)
 }
@@ -43,7 +45,7 @@ func nextBelow(lastPos, nowMs, increment, maxCount int64) int64 {
 		return nowMs << CountBits
 	}
 	if increment < 1 {
-		increment = 1
+		return (ms + 1) << CountBits
 	}
 	// Compare before adding so a huge increment cannot overflow.
 	count := lastPos & MaxCount

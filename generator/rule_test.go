@@ -21,8 +21,10 @@ func TestNextRule(t *testing.T) {
 		{"increment 4096", Position(10, 0), 10, 4096, 11, 0},
 		{"increment 9999", Position(10, 0), 10, 9999, 11, 0},
 		{"huge increment does not overflow", Position(10, 5), 10, 1<<63 - 1, 11, 0},
-		{"zero increment clamped to 1", Position(10, 5), 10, 0, 10, 6},
-		{"negative increment clamped to 1", Position(10, 5), 10, -1, 10, 6},
+		{"zero increment bumps", Position(10, 5), 10, 0, 11, 0},
+		{"negative increment wraps the count: next ms", Position(10, 0), 10, -1, 11, 0},
+		{"negative increment never goes back", Position(10, 5), 10, -1, 11, 0},
+		{"negative increment at a newer ms", Position(10, 5), 12, -100, 12, 0},
 		{"first position", 0, 0, 1, 0, 1},
 	}
 	for _, tt := range tests {
@@ -99,7 +101,7 @@ func TestNextFastRule(t *testing.T) {
 		{"increment 3072", Position(10, 0), 10, 3072, 11, 0},
 		{"increment 4096", Position(10, 0), 10, 4096, 11, 0},
 		{"huge increment does not overflow", Position(10, 5), 10, 1<<63 - 1, 11, 0},
-		{"negative increment clamped to 1", Position(10, 5), 10, -1, 10, 6},
+		{"negative increment: next ms", Position(10, 5), 10, -1, 11, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -90,3 +90,64 @@ func dumpAndRestore(t *testing.T, e *testEnv) (restored string, out []byte, err 
 	out, err = psql.CombinedOutput()
 	return restored, out, err
 }
+
+// A pg_dump of a database in which IDs were issued from sequences
+// narrower than a snowflake restores (with the extension, the setval of a
+// snowflake above MAXVALUE that pg_dump writes fails until the 2.5.0
+// repair), and a proxy in front of the restored database, and the shim on
+// a direct connection, continue above every ID issued before: from a
+// sequence the fast path widened, and from one only the shim used, whose
+// IDs the narrow store holds.
+func TestPgDumpRestoreNarrowSequences(t *testing.T) {
+	const node = 4
+	e := newEnv(t, node)
+	e.installExtension(t)
+	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
+	mustRun(t, conn, "CREATE SEQUENCE leased MAXVALUE 1000000")
+	mustRun(t, conn, "CREATE SEQUENCE shimmed AS integer")
+	mustRun(t, conn, "CREATE TABLE nt (id bigint PRIMARY KEY DEFAULT snowflake.nextval('shimmed'), v int)")
+	direct := e.connectDirect(t)
+	mustRun(t, direct, "SET snowflake.node = 4")
+	var maxLeased, maxShimmed int64
+	for i := 0; i < 5; i++ {
+		maxLeased = max(maxLeased, mustInt64(t, conn, "SELECT snowflake.nextval('leased')"))
+		for _, id := range mustInt64s(t, conn, "INSERT INTO nt (v) SELECT g FROM generate_series(1, 10) g RETURNING id") {
+			maxShimmed = max(maxShimmed, id)
+		}
+		maxShimmed = max(maxShimmed, mustInt64(t, direct, "SELECT snowflake.nextval('shimmed')"))
+	}
+	if got := mustInt64(t, direct, "SELECT seqmax FROM pg_sequence WHERE seqrelid = 'shimmed'::regclass"); got != 2147483647 {
+		t.Fatalf("shimmed's MAXVALUE is %d: only a lease widens a sequence", got)
+	}
+
+	restored, out, err := dumpAndRestore(t, e)
+	if err != nil {
+		t.Fatalf("restore: %v: %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.closeProxy(t, ctx)
+	r := &testEnv{srv: e.srv, db: restored, node: node, app: startProxy(t, e.srv, node, "127.0.0.1:0")}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.closeProxy(t, ctx)
+	})
+	rd := r.connectDirect(t)
+	mustRun(t, rd, "SET snowflake.node = 4")
+	if id := mustInt64(t, rd, "SELECT snowflake.nextval('shimmed')"); id <= maxShimmed {
+		t.Fatalf("restored, shim: %s not above %s", decodeID(id), decodeID(maxShimmed))
+	}
+	rc := r.connect(t, pgx.QueryExecModeCacheStatement)
+	for i := 0; i < 3; i++ {
+		if id := mustInt64(t, rc, "SELECT snowflake.nextval('leased')"); id <= maxLeased {
+			t.Fatalf("restored, fast path: %s not above %s", decodeID(id), decodeID(maxLeased))
+		}
+		if id := mustInt64(t, rc, "INSERT INTO nt (v) VALUES (0) RETURNING id"); id <= maxShimmed {
+			t.Fatalf("restored, INSERT: %s not above %s", decodeID(id), decodeID(maxShimmed))
+		}
+	}
+	if got := mustInt64(t, rc, "SELECT count(DISTINCT id) FROM nt"); got != 53 {
+		t.Fatalf("nt: %d distinct ids, want 53", got)
+	}
+}

@@ -43,12 +43,12 @@ BEGIN
         SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.oid
         FROM pg_catalog.pg_class c
         WHERE c.oid IN (pg_catalog.to_regclass('snowflake._claims'), pg_catalog.to_regclass('snowflake._locks'),
-                        pg_catalog.to_regclass('snowflake._lock_window'))
+                        pg_catalog.to_regclass('snowflake._lock_window'), pg_catalog.to_regclass('snowflake._narrow'))
         UNION ALL
         SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, k.oid
         FROM pg_catalog.pg_constraint k
         WHERE k.conrelid IN (pg_catalog.to_regclass('snowflake._claims'), pg_catalog.to_regclass('snowflake._locks'),
-                             pg_catalog.to_regclass('snowflake._lock_window'))
+                             pg_catalog.to_regclass('snowflake._lock_window'), pg_catalog.to_regclass('snowflake._narrow'))
         UNION ALL
         SELECT 'pg_catalog.pg_event_trigger'::pg_catalog.regclass, e.oid
         FROM pg_catalog.pg_event_trigger e WHERE e.evtname LIKE 'snowflake\_%'
@@ -113,7 +113,7 @@ BEGIN
                        AND (c.relname IN ('id_seq', '_lock_window_open') OR c.relname LIKE '\_hw\_%') LOOP
                 EXECUTE pg_catalog.format('DROP SEQUENCE snowflake.%I CASCADE', r.relname);
             END LOOP;
-            DROP TABLE IF EXISTS snowflake._locks, snowflake._lock_window;
+            DROP TABLE IF EXISTS snowflake._locks, snowflake._lock_window, snowflake._narrow;
             -- The proxies' claim table, owned by their control role: the
             -- schema's owner may drop it.
             DROP TABLE IF EXISTS snowflake._claims;

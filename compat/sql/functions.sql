@@ -11,7 +11,8 @@
 --                position (ms<<12|count) issued from it by the shim, raised
 --                by each lease to what the proxy issued from the one before;
 --   H(s, N)      snowflake."_hw_<oid>_<node>", created only by _lease on the
---                proxy's control connection: the top of node N's leases;
+--                proxy's control connection: the top of node N's leases
+--                and of the shim's IDs of node N above them;
 --   _hw_count    a sequence that _lease advances whenever it creates an H,
 --                so that a shim call that finds no H knows whether looking
 --                harder could find one (see _issue);
@@ -51,6 +52,112 @@ AS $fn$SELECT pg_catalog.jsonb_build_object(
     'ts', pg_catalog.to_timestamp(snowflake.get_epoch($1)::double precision)::text,
     'count', snowflake.get_count($1))$fn$;
 
+-- Sequences narrower than a snowflake (a MAXVALUE below it, AS integer or
+-- smallint, a descending sequence) cannot hold the IDs issued from them:
+-- setval honours the bounds, where the extension's C code writes past
+-- them. Such a position goes to snowflake._hw_narrow instead, one bigint
+-- sequence for the database (non-transactional, like S): the highest
+-- position issued from any sequence that could not hold it. Every reader
+-- of S takes the larger of S and it, so a sequence's IDs stay above
+-- everything issued from it whichever of the two holds it, also after
+-- someone widens S without raising it; sharing it only makes the IDs of
+-- two narrow sequences avoid each other's counts. The row seq = 0 of
+-- snowflake._narrow is its lock (a sequence never has OID 0); the other
+-- rows name the sequences that used it, for the 2.5.0 repair
+-- (sql/repair.sql) and for leases, which widen them (_lease).
+-- docs/state-model.md, "Narrow sequences".
+IF to_regclass('snowflake._hw_narrow') IS NULL THEN
+    CREATE SEQUENCE snowflake._hw_narrow AS bigint MINVALUE 0 START 0 NO CYCLE;
+END IF;
+IF to_regclass('snowflake._narrow') IS NULL THEN
+    CREATE TABLE snowflake._narrow (seq oid NOT NULL);
+    REVOKE ALL ON TABLE snowflake._narrow FROM PUBLIC;
+END IF;
+IF NOT EXISTS (SELECT FROM snowflake._narrow WHERE seq = 0) THEN
+    INSERT INTO snowflake._narrow (seq) VALUES (0);
+END IF;
+
+-- _narrow_put raises snowflake._hw_narrow to pos under its lock. The
+-- caller holds the lock of the sequence pos was issued from; this lock
+-- is always taken after that one, and nothing is taken after it, so no
+-- two callers wait for each other in a cycle. It is a helper of the
+-- SECURITY DEFINER functions below, not for PUBLIC (see the REVOKE at the
+-- end): the lock lasts until the caller's (sub)transaction ends.
+CREATE OR REPLACE FUNCTION snowflake._narrow_put(pos bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    done bigint;
+BEGIN
+    PERFORM FROM snowflake._narrow n WHERE n.seq = 0 FOR UPDATE;
+    IF NOT FOUND THEN
+        -- A snapshot older than the row (the window after an update that
+        -- made it): the advisory key of OID 0, as the window's other locks.
+        PERFORM pg_advisory_xact_lock(91560112816128);
+    END IF;
+    IF pos > coalesce(pg_sequence_last_value('snowflake._hw_narrow'::regclass), 0) THEN
+        done := setval('snowflake._hw_narrow', pos, true);
+    END IF;
+END
+$fn$;
+
+-- _narrow_note records that p_seq issued through snowflake._hw_narrow, once
+-- per session (the setting is rolled back with the transaction, so a
+-- record that was rolled back is made again). A plain INSERT, no unique
+-- index: nobody waits for another caller's open transaction.
+-- SERIALIZABLE transactions skip it: reading the table there could make
+-- them fail to serialise. Not for PUBLIC either.
+CREATE OR REPLACE FUNCTION snowflake._narrow_note(p_seq regclass) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    memo text := 'snowflake._narrow_' || p_seq::oid::text;
+BEGIN
+    IF current_setting(memo, true) IS NOT NULL AND current_setting(memo, true) <> ''
+       OR current_setting('transaction_isolation') = 'serializable' THEN
+        RETURN;
+    END IF;
+    INSERT INTO snowflake._narrow (seq)
+    SELECT p_seq::oid WHERE NOT EXISTS (SELECT FROM snowflake._narrow n WHERE n.seq = p_seq::oid);
+    PERFORM set_config(memo, 'on', false);
+END
+$fn$;
+
+-- _s_pos is S's position as every path reads it: its last_value (none
+-- when negative, see _issue) or the narrow store's, whichever is higher.
+CREATE OR REPLACE FUNCTION snowflake._s_pos(seq regclass) RETURNS bigint
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT greatest(
+        (((greatest(coalesce(pg_sequence_last_value(seq), 0), 0) >> 22) & 2199023255551) << 12)
+            | (greatest(coalesce(pg_sequence_last_value(seq), 0), 0) & 4095),
+        coalesce(pg_sequence_last_value('snowflake._hw_narrow'::regclass), 0))
+$fn$;
+
+-- _store writes the snowflake id to S, or its position to the narrow
+-- store when S cannot hold it. For _lease and _release, which hold S's
+-- lock until their commit.
+CREATE OR REPLACE FUNCTION snowflake._store(seq regclass, id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    prm record;
+    done bigint;
+BEGIN
+    prm := pg_sequence_parameters(seq);
+    IF id BETWEEN prm.minimum_value AND prm.maximum_value THEN
+        done := setval(seq, id, true);
+    ELSE
+        PERFORM snowflake._narrow_put((((id >> 22) & 2199023255551) << 12) | (id & 4095));
+        PERFORM snowflake._narrow_note(seq);
+    END IF;
+END
+$fn$;
+
 -- _issue is the writing half of nextval: it runs as the installer, because
 -- the built-in nextval needs only USAGE on the sequence while the shim must
 -- setval it. It re-checks everything itself, so calling it directly grants
@@ -62,7 +169,9 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     rname name;
+    prm record;
     inc bigint;
+    narrow boolean := false;
     node_txt text;
     node integer;
     in_window boolean;
@@ -117,9 +226,14 @@ BEGIN
         RAISE EXCEPTION '% is outside the valid range for parameter "snowflake.node" (0 .. 1023)', node
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    inc := (pg_sequence_parameters(seq)).increment;
+    prm := pg_sequence_parameters(seq);
+    inc := prm.increment;
     IF inc < 1 THEN
-        inc := 1; -- a zero or negative increment would repeat positions
+        -- The extension adds a negative increment to the 12-bit count,
+        -- which wraps below 0: the next millisecond, count 0. Where it
+        -- would not wrap (a count above 0 that another path left) it would
+        -- go back; this never does.
+        inc := 4096;
     END IF;
     hwname := '_hw_' || seq::oid::text || '_' || node::text;
 
@@ -168,8 +282,13 @@ BEGIN
             top := (((top >> 22) & 2199023255551) << 12) | (top & 4095);
         END IF;
 
-        last := coalesce(pg_sequence_last_value(seq), 0);
-        last := (((last >> 22) & 2199023255551) << 12) | (last & 4095);
+        -- S, or what the narrow store holds above it (_narrow_put). A
+        -- negative last_value (a descending sequence's start) is no
+        -- snowflake: the extension would read its bits as millisecond
+        -- 2^41-1 and issue IDs dated 2092.
+        last := greatest(coalesce(pg_sequence_last_value(seq), 0), 0);
+        last := greatest((((last >> 22) & 2199023255551) << 12) | (last & 4095),
+                         coalesce(pg_sequence_last_value('snowflake._hw_narrow'::regclass), 0));
         now_ms := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000;
         ms := last >> 12;
         cnt := last & 4095;
@@ -206,13 +325,28 @@ BEGIN
             END IF;
         END IF;
         v := (ms << 22) | (node::bigint << 12) | cnt;
-        done := setval(seq, v, true);
+        IF v BETWEEN prm.minimum_value AND prm.maximum_value THEN
+            done := setval(seq, v, true);
+        ELSE
+            PERFORM snowflake._narrow_put((ms << 12) | cnt);
+            narrow := true;
+        END IF;
+        IF hw IS NOT NULL AND ((ms << 12) | cnt) > top THEN
+            -- Above the leases: H records it too. S alone would not keep
+            -- it: a setval into the past or a RESTART lowers S, and the
+            -- node's next lease, starting at an unmoved H, would then
+            -- issue these positions again (regression).
+            done := setval(hw, v, true);
+        END IF;
         RAISE SQLSTATE 'SFUNL';
     EXCEPTION WHEN SQLSTATE 'SFUNL' THEN
         NULL;
     END;
     IF memo IS NOT NULL THEN
         PERFORM set_config(seen, memo, false);
+    END IF;
+    IF narrow THEN
+        PERFORM snowflake._narrow_note(seq);
     END IF;
     IF in_window THEN
         -- At most once a second per session: a step reads pg_locks.
@@ -355,7 +489,7 @@ DECLARE
     older text;
     raise_s boolean := false;
     in_window boolean;
-    s_last bigint;
+    lt text;
     s_pos bigint;
     h_pos bigint;
     id bigint;
@@ -392,11 +526,34 @@ BEGIN
         RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
             USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
     END IF;
+    -- A sequence narrower than a snowflake is widened as the 2.5.0 repair
+    -- widens it, here where the change is committed at once (in a
+    -- client's transaction a rollback would undo it, and the setval made
+    -- after it). Without the privilege, or when a client's open
+    -- transaction holds a lock on it, it stays narrow and its positions
+    -- go to the narrow store (_store).
+    IF (pg_sequence_parameters(seq)).maximum_value < 9223372036854775807 THEN
+        lt := current_setting('lock_timeout');
+        BEGIN
+            PERFORM set_config('lock_timeout', '100ms', true);
+            EXECUTE format('ALTER SEQUENCE %s AS bigint NO CYCLE MAXVALUE 9223372036854775807', ident);
+            -- S takes over what the narrow store holds for it, so that its
+            -- last_value shows it (and code that reads S alone, such as an
+            -- earlier shim still running in an older transaction, issues
+            -- above it).
+            s_pos := snowflake._s_pos(seq);
+            IF s_pos > 0 THEN
+                PERFORM snowflake._store(seq, ((s_pos >> 12) << 22) | (node::bigint << 12) | (s_pos & 4095));
+            END IF;
+        EXCEPTION WHEN insufficient_privilege OR lock_not_available THEN
+            NULL;
+        END;
+        PERFORM set_config('lock_timeout', lt, true);
+    END IF;
     -- The first lock on seq in this transaction, taken after that, makes
     -- this session process catalog invalidations: an H created by another
     -- proxy while we waited is visible to to_regclass below.
-    s_last := coalesce(pg_sequence_last_value(seq), 0);
-    s_pos := (((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095);
+    s_pos := snowflake._s_pos(seq);
 
     hw := to_regclass('snowflake.' || quote_ident(hwname));
     IF hw IS NOT NULL THEN
@@ -430,7 +587,7 @@ BEGIN
     END IF;
     IF least(issued_pos, greatest(h_pos, prev_hi_pos)) > s_pos THEN
         s_pos := least(issued_pos, greatest(h_pos, prev_hi_pos));
-        done := setval(seq, ((s_pos >> 12) << 22) | (node::bigint << 12) | (s_pos & 4095), true);
+        PERFORM snowflake._store(seq, ((s_pos >> 12) << 22) | (node::bigint << 12) | (s_pos & 4095));
     END IF;
 
     lo_pos := h_pos;
@@ -461,7 +618,7 @@ BEGIN
         END IF;
     END IF;
     IF raise_s AND hi_pos > s_pos THEN
-        done := setval(seq, id, true);
+        PERFORM snowflake._store(seq, id);
     END IF;
     server_ms := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000;
     IF in_window THEN
@@ -486,7 +643,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     hw regclass;
-    s_last bigint;
+    s_pos bigint;
     h_last bigint;
     done bigint;
     in_window boolean;
@@ -511,7 +668,7 @@ BEGIN
         RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
             USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
     END IF;
-    s_last := coalesce(pg_sequence_last_value(seq), 0);
+    s_pos := snowflake._s_pos(seq);
     hw := to_regclass('snowflake._hw_' || seq::oid::text || '_' || node::text);
     IF hw IS NULL THEN
         RETURN;
@@ -520,8 +677,8 @@ BEGIN
     IF ((((h_last >> 22) & 2199023255551) << 12) | (h_last & 4095)) <> hi_pos THEN
         RETURN; -- a later lease: nothing to take back
     END IF;
-    IF issued_pos > ((((s_last >> 22) & 2199023255551) << 12) | (s_last & 4095)) THEN
-        done := setval(seq, ((issued_pos >> 12) << 22) | (node::bigint << 12) | (issued_pos & 4095), true);
+    IF issued_pos > s_pos THEN
+        PERFORM snowflake._store(seq, ((issued_pos >> 12) << 22) | (node::bigint << 12) | (issued_pos & 4095));
     END IF;
     done := setval(hw, ((issued_pos >> 12) << 22) | (node::bigint << 12) | (issued_pos & 4095), true);
     PERFORM pg_current_xact_id();
@@ -729,3 +886,5 @@ $fn$;
 GRANT USAGE ON SCHEMA snowflake TO PUBLIC;
 GRANT USAGE, SELECT, UPDATE ON SEQUENCE snowflake.id_seq TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA snowflake TO PUBLIC;
+REVOKE EXECUTE ON FUNCTION snowflake._narrow_put(bigint), snowflake._narrow_note(regclass),
+    snowflake._s_pos(regclass), snowflake._store(regclass, bigint) FROM PUBLIC;

@@ -14,9 +14,10 @@ import (
 // version, by package (as `go test` names it, from the repository root) and
 // -run pattern: the spine (pgx in every exec mode, database/sql, psql
 // scripts, the wire protocol), uniqueness across a restart, INSERT
-// defaults, the hot standby, and the equivalence suite.
+// defaults, the hot standby, every shape of sequence, and the equivalence
+// suite.
 var CoreTests = []struct{ Package, Run string }{
-	{"./tests", "^(TestPgx|TestDatabaseSQL|TestProtocol|TestPsqlScripts|TestUniqueness|TestInsertDefaults|TestStandby)"},
+	{"./tests", "^(TestPgx|TestDatabaseSQL|TestProtocol|TestPsqlScripts|TestUniqueness|TestInsertDefaults|TestStandby|TestSequenceShapes)"},
 	{"./tests/equivalence", "^TestEquivalence$"},
 }
 
