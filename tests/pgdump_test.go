@@ -35,22 +35,7 @@ func TestPgDumpRestoreIssuesLargerIDs(t *testing.T) {
 	maxOrders := mustInt64(t, conn, "SELECT max(id) FROM orders")
 	maxLegacy := mustInt64(t, conn, "SELECT max(id) FROM legacy")
 
-	restored, out, err := dumpAndRestore(t, e)
-	if err != nil {
-		t.Fatalf("restore: %v: %s", err, out)
-	}
-
-	// A proxy in front of the restored database (the first one is closed:
-	// a fresh process, as after moving the data).
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	e.closeProxy(t, ctx)
-	r := &testEnv{srv: e.srv, db: restored, node: 3, app: startProxy(t, e.srv, 3, "127.0.0.1:0")}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		r.closeProxy(t, ctx)
-	})
+	r := restoreBehindNewProxy(t, e)
 	rc := r.connect(t, pgx.QueryExecModeCacheStatement)
 	if got := mustInt64(t, rc, "SELECT count(*) FROM orders"); got != 40 {
 		t.Fatalf("restored orders: %d rows, want 40", got)
@@ -71,6 +56,27 @@ func TestPgDumpRestoreIssuesLargerIDs(t *testing.T) {
 	if got := mustInt64(t, rc, "SELECT count(DISTINCT id) FROM orders"); got != 60 {
 		t.Fatalf("orders ids not distinct: %d distinct of 60", got)
 	}
+}
+
+// restoreBehindNewProxy dumps e's database, restores it into a new one and
+// returns a proxy with e's node in front of that (e's proxy is closed
+// first: a fresh process, as after moving the data).
+func restoreBehindNewProxy(t *testing.T, e *testEnv) *testEnv {
+	t.Helper()
+	restored, out, err := dumpAndRestore(t, e)
+	if err != nil {
+		t.Fatalf("restore: %v: %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.closeProxy(t, ctx)
+	r := &testEnv{srv: e.srv, db: restored, node: e.node, app: startProxy(t, e.srv, e.node, "127.0.0.1:0")}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.closeProxy(t, ctx)
+	})
+	return r
 }
 
 // dumpAndRestore dumps the test's database with pg_dump (straight from the
@@ -120,19 +126,7 @@ func TestPgDumpRestoreNarrowSequences(t *testing.T) {
 		t.Fatalf("shimmed's MAXVALUE is %d: only a lease widens a sequence", got)
 	}
 
-	restored, out, err := dumpAndRestore(t, e)
-	if err != nil {
-		t.Fatalf("restore: %v: %s", err, out)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	e.closeProxy(t, ctx)
-	r := &testEnv{srv: e.srv, db: restored, node: node, app: startProxy(t, e.srv, node, "127.0.0.1:0")}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		r.closeProxy(t, ctx)
-	})
+	r := restoreBehindNewProxy(t, e)
 	rd := r.connectDirect(t)
 	mustRun(t, rd, "SET snowflake.node = 4")
 	if id := mustInt64(t, rd, "SELECT snowflake.nextval('shimmed')"); id <= maxShimmed {
