@@ -367,6 +367,10 @@ func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 			key, l.Lo, l.Hi, prevHi, ErrExhausted)
 	}
 	a.reported = max(a.reported, issued)
+	if fenced {
+		// A setval or ALTER SEQUENCE may have lowered what the store holds.
+		a.covered.Store(0)
+	}
 	a.raiseCovered(max(issued, l.Floor))
 	var jump int64
 	if l.Lo != prevHi {
