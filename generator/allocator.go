@@ -353,9 +353,14 @@ func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 	// this allocator may have issued, instead of granting less.
 	want := Position(a.g.clock.NowMs()+a.g.leaseMs, MaxCount)
 	want = min(max(want, need, prevHi+1), MaxPosition)
-	issued := max(a.last.Load(), min(a.coverWant.Load(), prevHi))
+	issued := a.last.Load()
 	if issued <= a.jumpedTo || issued <= a.reported {
 		issued = 0 // nothing issued since the jump or the last report
+	}
+	if cover := min(a.coverWant.Load(), prevHi); cover > a.covered.Load() {
+		// A caller waits for this report (uncovered); after a fence it
+		// may repeat an earlier one.
+		issued = max(issued, cover)
 	}
 	l, err := store.Lease(ctx, key, prevHi, want, issued)
 	if err != nil {

@@ -452,3 +452,33 @@ func TestSystemClock(t *testing.T) {
 		}
 	}
 }
+
+// A fence (a setval or ALTER SEQUENCE, which may lower what the store
+// holds) makes the generator report a position dated after the clock
+// again, even one it reported before the fence.
+func TestAheadOfClockReportedAgainAfterFence(t *testing.T) {
+	s := NewMemStore()
+	s.SetHighWater(testKey, Position(105, 0))
+	g, _ := newTestGen(t, s)              // the clock reads 100
+	for i := 1; i < FastPathCounts; i++ { // 105:1 .. 105:3071
+		if _, err := g.Next(context.Background(), testKey, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, err := g.Next(context.Background(), testKey, 1) // the first of 106
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPos(t, id, 106, 0)
+	before := s.Leases()
+	g.Fence(testKey.Database, 0)
+	id, err = g.Next(context.Background(), testKey, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPos(t, id, 106, 1)
+	if s.Leases()-before != 2 || s.Issued(testKey) < Position(106, 1) {
+		t.Fatalf("after the fence: %d leases, store holds %s; want the fenced lease and one report of 106:1",
+			s.Leases()-before, posString(s.Issued(testKey)))
+	}
+}
