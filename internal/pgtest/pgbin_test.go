@@ -3,10 +3,7 @@ package pgtest
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,75 +58,10 @@ func TestEnvBinDirWithoutBinaries(t *testing.T) {
 	}
 }
 
-// TestInstallMajorOnceForParallelCallers: callers that install the same
-// version into the same cache at once (as parallel test binaries do) all
-// get the same directory, whose binaries are that version, and no partial
-// installation is left behind.
-func TestInstallMajorOnceForParallelCallers(t *testing.T) {
-	BinDir(t, 17) // skips here when nothing can be installed
-	// A fresh cache the servers' OS user can pass through (t.TempDir is
-	// private to the user running the tests).
-	cache, err := os.MkdirTemp("", "sfpgcache-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(cache) })
-	if err := os.Chmod(cache, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	const callers = 3
-	dirs := make([]string, callers)
-	errs := make([]error, callers)
-	var wg sync.WaitGroup
-	for i := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			dirs[i], errs[i] = installIn(ctx, cache, 17)
-		}()
-	}
-	wg.Wait()
-	for i := range callers {
-		if errs[i] != nil {
-			t.Fatalf("caller %d: %v", i, errs[i])
-		}
-		if dirs[i] != dirs[0] {
-			t.Errorf("caller %d got %s, caller 0 %s", i, dirs[i], dirs[0])
-		}
-	}
-	v, major, err := Version(dirs[0])
-	if err != nil || major != 17 {
-		t.Fatalf("installed binaries: version %s (%d), %v; want 17", v, major, err)
-	}
-	left, _ := filepath.Glob(filepath.Join(cache, "*.tmp-*"))
-	entries, _ := os.ReadDir(cache)
-	if len(left) != 0 || len(entries) != 2 { // the lock and one version
-		names := []string{}
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		t.Errorf("cache holds %v, want the lock file and %s only", names, npmVersions[17])
-	}
-	// Installed again later: reused as it is.
-	st, err := os.Stat(filepath.Join(dirs[0], "postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := installIn(ctx, cache, 17)
-	if err != nil || again != dirs[0] {
-		t.Fatalf("second installation: %s, %v; want %s", again, err, dirs[0])
-	}
-	if st2, err := os.Stat(filepath.Join(again, "postgres")); err != nil || !os.SameFile(st, st2) {
-		t.Errorf("second installation replaced the binaries (%v)", err)
-	}
-}
-
 // TestInstallMajorUnknownVersion: a major version with no pinned release
 // is an error, not ErrUnavailable (the test asking for it would be skipped).
 func TestInstallMajorUnknownVersion(t *testing.T) {
-	_, err := installIn(context.Background(), t.TempDir(), 9)
+	_, err := InstallMajor(context.Background(), 9)
 	if err == nil || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("installing PostgreSQL 9: %v; want an error other than ErrUnavailable", err)
 	}

@@ -1,0 +1,162 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgfetch"
+)
+
+// toolPackages are the programs the tests run and the Debian (and Ubuntu)
+// package that has each. The downloaded PostgreSQL packages hold the
+// server only (initdb, pg_ctl, postgres): psql, pg_dump and pgbench come
+// from the distribution; pgbench is in the server package there.
+var toolPackages = map[string]string{
+	"psql":      "postgresql-client",
+	"pg_dump":   "postgresql-client",
+	"pgbench":   "postgresql",
+	"pgbouncer": "pgbouncer",
+	"node":      "nodejs",
+	"npm":       "npm",
+}
+
+// Tool returns the path of a program the tests need (a key of
+// toolPackages). When it is missing and the tests run as root on Debian or
+// Ubuntu, the packages of every missing program are installed with apt-get,
+// once for all test binaries (a file lock keeps parallel ones from racing
+// apt); otherwise the test cannot run (CannotRun), saying what to install.
+func Tool(tb testing.TB, name string) string {
+	tb.Helper()
+	if p := findTool(name); p != "" {
+		return p
+	}
+	toolsOnce.Do(func() { toolsErr = installTools() })
+	if p := findTool(name); p != "" {
+		return p
+	}
+	pkg := toolPackages[name]
+	why := ""
+	if toolsErr != nil {
+		why = " (" + toolsErr.Error() + ")"
+	}
+	CannotRun(tb, "%s is not installed%s: install it (Debian and Ubuntu: apt-get install %s)", name, why, pkg)
+	return ""
+}
+
+var (
+	toolsOnce sync.Once
+	toolsErr  error
+)
+
+// findTool looks in PATH, then where Debian keeps PostgreSQL's programs
+// and PgBouncer.
+func findTool(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	cands := []string{"/usr/sbin/" + name}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
+	for _, d := range dirs {
+		cands = append(cands, filepath.Join(d, name))
+	}
+	for _, p := range cands {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// missingPackages are the packages of the programs findTool does not find.
+func missingPackages() []string {
+	seen := map[string]bool{}
+	var out []string
+	for name, pkg := range toolPackages {
+		if findTool(name) == "" && !seen[pkg] {
+			seen[pkg] = true
+			out = append(out, pkg)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// canApt says whether installTools may install packages here, and if not
+// why not.
+func canApt(euid int, debian bool, aptGet string) (bool, string) {
+	switch {
+	case !debian:
+		return false, "not Debian or Ubuntu"
+	case euid != 0:
+		return false, "not root"
+	case aptGet == "":
+		return false, "no apt-get"
+	}
+	return true, ""
+}
+
+// installTools installs the missing packages with apt-get where canApt
+// allows it, holding a lock shared by the test binaries.
+func installTools() error {
+	_, err := os.Stat("/etc/debian_version")
+	aptGet, _ := exec.LookPath("apt-get")
+	if ok, why := canApt(os.Geteuid(), err == nil, aptGet); !ok {
+		return fmt.Errorf("not installed automatically: %s", why)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	unlock, err := pgfetch.LockFile(ctx, filepath.Join(os.TempDir(), "snowflake-proxy-test-apt.lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	pkgs := missingPackages() // another test binary may have installed them
+	if len(pkgs) == 0 {
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "pgtest: installing %s with apt-get (the tests run them)\n", strings.Join(pkgs, " "))
+	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	for _, args := range [][]string{{"update", "-qq"}, append([]string{"install", "-y", "-qq", "--no-install-recommends"}, pkgs...)} {
+		cmd := exec.CommandContext(ctx, aptGet, args...)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("apt-get %s: %w: %s", args[0], err, tail(out, 3))
+		}
+	}
+	// The packages may start a PostgreSQL cluster and a PgBouncer service
+	// of their own, on the usual ports; the tests start theirs.
+	_ = exec.CommandContext(ctx, "sh", "-c", `command -v pg_lsclusters >/dev/null && pg_lsclusters -h | while read -r v n _; do pg_ctlcluster "$v" "$n" stop; done; `+
+		`(command -v systemctl >/dev/null && systemctl stop pgbouncer) || (command -v service >/dev/null && service pgbouncer stop)`).Run()
+	return nil
+}
+
+var userOnce sync.Once
+
+// ensureServerUser creates the postgres system user when the tests run as
+// root and it does not exist: PostgreSQL refuses to run as root, and the
+// tests' servers and PgBouncer run as that user.
+func ensureServerUser() {
+	userOnce.Do(func() {
+		if os.Geteuid() != 0 {
+			return
+		}
+		if _, err := user.Lookup("postgres"); err == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, "useradd", "--system", "--home-dir", "/var/lib/postgresql", "--shell", "/bin/bash", "postgres").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: useradd postgres: %v: %s\n", err, tail(out, 3))
+		}
+	})
+}
