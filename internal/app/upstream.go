@@ -28,6 +28,8 @@ type upstream struct {
 	// display is the connection string for logs and the ready line, its
 	// password masked.
 	display string
+	// user and database are the connection string's, for the ready line.
+	user, database string
 }
 
 // parseUpstream accepts what libpq accepts for a single server (a
@@ -89,7 +91,7 @@ func parseUpstreamFlag(flag, s, passwordFile string) (upstream, error) {
 	network, address := pgconn.NetworkAddress(cfg.Host, cfg.Port)
 	w := wire.Upstream{Network: network, Address: address, DirectTLS: cfg.SSLNegotiation == "direct"}
 	w.TLSMode, w.TLS, w.SSLMode = tlsModeOf(cfg)
-	return upstream{wire: w, controlURL: cs, display: maskPassword(cs)}, nil
+	return upstream{wire: w, controlURL: cs, display: maskPassword(cs), user: cfg.User, database: cfg.Database}, nil
 }
 
 // connString turns the shorthands into a connection string pgconn

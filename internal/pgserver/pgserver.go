@@ -81,16 +81,37 @@ type Server struct {
 // ErrNoBinaries is returned when no PostgreSQL server binaries are found.
 var ErrNoBinaries = errors.New("pgserver: no PostgreSQL server binaries found (looked in PATH, pg_config --bindir, /usr/lib/postgresql/*/bin); install the PostgreSQL server package or pass --upstream")
 
+// SystemBinDirs is where FindBinDir looks last (a glob), newest version
+// first. Tests of a machine without PostgreSQL point it at an empty
+// directory.
+var SystemBinDirs = "/usr/lib/postgresql/*/bin"
+
 // FindBinDir locates a directory holding initdb, pg_ctl and postgres: PATH
-// first, then `pg_config --bindir`, then the newest /usr/lib/postgresql/*/bin.
+// first, then `pg_config --bindir`, then the newest of SystemBinDirs.
 func FindBinDir() (string, error) {
-	has := func(dir string) bool {
+	dirs := localBinDirs()
+	if len(dirs) == 0 {
+		return "", ErrNoBinaries
+	}
+	return dirs[0], nil
+}
+
+// localBinDirs are the directories of server binaries on this machine, in
+// FindBinDir's order of preference.
+func localBinDirs() []string {
+	var out []string
+	add := func(dir string) {
 		for _, b := range []string{"initdb", "pg_ctl", "postgres"} {
 			if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.IsDir() {
-				return false
+				return
 			}
 		}
-		return true
+		for _, d := range out {
+			if d == dir {
+				return
+			}
+		}
+		out = append(out, dir)
 	}
 	if p, err := exec.LookPath("initdb"); err == nil {
 		// Debian-style installs link initdb into PATH: the directory that
@@ -98,23 +119,17 @@ func FindBinDir() (string, error) {
 		if r, err := filepath.EvalSymlinks(p); err == nil {
 			p = r
 		}
-		if has(filepath.Dir(p)) {
-			return filepath.Dir(p), nil
-		}
+		add(filepath.Dir(p))
 	}
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		if d := strings.TrimSpace(string(out)); has(d) {
-			return d, nil
-		}
+		add(strings.TrimSpace(string(out)))
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	dirs, _ := filepath.Glob(SystemBinDirs)
 	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
 	for _, d := range dirs {
-		if has(d) {
-			return d, nil
-		}
+		add(d)
 	}
-	return "", ErrNoBinaries
+	return out
 }
 
 func versionOf(binDir string) int {
