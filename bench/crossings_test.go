@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 func TestParseSwitches(t *testing.T) {
@@ -61,9 +63,10 @@ func TestParsePerfCount(t *testing.T) {
 // TestCountOwnSyscalls counts this process's system calls while it makes
 // a known number of them, where perf can count at all.
 func TestCountOwnSyscalls(t *testing.T) {
+	pgtest.Tool(t, "perf")
 	ok, why := probePerf(context.Background())
 	if !ok {
-		t.Skip(why)
+		pgtest.CannotRun(t, "%s", why)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

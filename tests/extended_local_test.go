@@ -147,13 +147,9 @@ func TestExtendedLocalPgx(t *testing.T) {
 // pgbench -M prepared through the proxy: every transaction inserts a
 // nextval; no errors, no duplicates, and the proxy answered locally.
 func TestExtendedLocalPgbench(t *testing.T) {
-	bin, err := exec.LookPath("pgbench")
-	if err != nil {
-		if p := filepath.Join(pgtest.Shared(t).BinDir(), "pgbench"); fileExists(p) {
-			bin = p
-		} else {
-			t.Fatal("pgbench not found: it comes with the PostgreSQL client (e.g. apt-get install postgresql-client; .ci/run installs it)")
-		}
+	bin := filepath.Join(pgtest.Shared(t).BinDir(), "pgbench")
+	if !fileExists(bin) {
+		bin = pgtest.Tool(t, "pgbench")
 	}
 	const node = 12
 	p := newStatsProxy(t, node)

@@ -114,10 +114,7 @@ func TestManagedPostgres(t *testing.T) {
 		t.Fatalf("lib/pq INSERT: id %d, err %v", id, err)
 	}
 
-	psql, err := exec.LookPath("psql")
-	if err != nil {
-		t.Fatal("psql not found: the tests need it (README, Prerequisites)")
-	}
+	psql := pgtest.Tool(t, "psql")
 	cmd := exec.CommandContext(ctx, psql, "-X", "-A", "-t", "-h", host, "-p", port, "-U", "postgres", "-d", "postgres",
 		"-c", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C", "PGSSLMODE=disable", "PGPASSWORD=" + managedPassword}
@@ -199,10 +196,7 @@ func TestManagedPostgresChannelBindingPsql(t *testing.T) {
 	}
 	defer a.Close(ctx)
 	host, port := splitHostPort(t, a.Addr())
-	psql, err := exec.LookPath("psql")
-	if err != nil {
-		t.Fatal("psql not found: the tests need it (README, Prerequisites)")
-	}
+	psql := pgtest.Tool(t, "psql")
 	run := func(channelBinding string) (string, error) {
 		conn := fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=require", host, port)
 		if channelBinding != "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -40,10 +39,7 @@ const (
 // id's node bits name the side that wrote its row.
 func TestMultiMasterOnStockPostgres(t *testing.T) {
 	t.Parallel()
-	psql, err := exec.LookPath("psql")
-	if err != nil {
-		t.Fatal("psql not found: it comes with the PostgreSQL client (apt-get install postgresql-client)")
-	}
+	psql := pgtest.Tool(t, "psql")
 	bin := pgtest.BinDirAtLeast(t, 16) // origin = none
 	version, _, err := pgtest.Version(bin)
 	if err != nil {

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -85,13 +86,18 @@ func restoreBehindNewProxy(t *testing.T, e *testEnv) *testEnv {
 func dumpAndRestore(t *testing.T, e *testEnv) (restored string, out []byte, err error) {
 	t.Helper()
 	dump := filepath.Join(t.TempDir(), "dump.sql")
-	pgDump := exec.Command(filepath.Join(e.srv.BinDir(), "pg_dump"), "-h", "127.0.0.1",
+	// Binaries fetched from the registry are the server only.
+	bin := filepath.Join(e.srv.BinDir(), "pg_dump")
+	if _, err := os.Stat(bin); err != nil {
+		bin = pgtest.Tool(t, "pg_dump")
+	}
+	pgDump := exec.Command(bin, "-h", "127.0.0.1",
 		"-p", strconv.Itoa(e.srv.Port()), "-U", "postgres", "-f", dump, e.db)
 	if out, err := pgDump.CombinedOutput(); err != nil {
 		t.Fatalf("pg_dump: %v: %s", err, out)
 	}
 	restored = pgtest.NewDatabase(t, e.srv)
-	psql := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
+	psql := exec.Command(pgtest.Tool(t, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1",
 		"-p", strconv.Itoa(e.srv.Port()), "-U", "postgres", "-d", restored, "-f", dump)
 	out, err = psql.CombinedOutput()
 	return restored, out, err

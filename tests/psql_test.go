@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 // psql scripts in testdata/psql/NAME.sql run through a proxy (--node 7, fresh
@@ -25,10 +27,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden .out files of the psql tests")
 
 func TestPsqlScripts(t *testing.T) {
-	psql, err := exec.LookPath("psql")
-	if err != nil {
-		t.Fatal("psql not installed: these tests need the PostgreSQL client (e.g. apt-get install postgresql-client; .ci/run installs it)")
-	}
+	psql := pgtest.Tool(t, "psql")
 	scripts, err := filepath.Glob(filepath.Join("testdata", "psql", "*.sql"))
 	if err != nil || len(scripts) == 0 {
 		t.Fatalf("no scripts in testdata/psql (%v)", err)

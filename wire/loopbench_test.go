@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/snowflake-proxy/snowflake-proxy/internal/testenv"
 	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
@@ -23,7 +24,7 @@ func BenchmarkRelayLoop(b *testing.B) {
 	for _, io := range []string{"epoll", "io_uring"} {
 		b.Run(io, func(b *testing.B) {
 			if io == "io_uring" && netloop.URingAvailable() != nil {
-				b.Skip("io_uring:", netloop.URingAvailable())
+				testenv.CannotRun(b, "io_uring is not available: %v", netloop.URingAvailable())
 			}
 			runTracked(b, func(b *testing.B, track bool) { benchRelayLoop(b, io, track) })
 		})

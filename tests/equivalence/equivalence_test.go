@@ -69,10 +69,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestEquivalence(t *testing.T) {
 	t.Parallel() // beside the PostgreSQL 18 re-run, which has its own server; the scripts themselves run one at a time (cluster-wide roles)
-	psql, err := exec.LookPath("psql")
-	if err != nil {
-		t.Fatal("psql not found in PATH: the equivalence suite needs the PostgreSQL client (apt-get install postgresql-client)")
-	}
+	psql := pgtest.Tool(t, "psql")
 	scripts, err := filepath.Glob(filepath.Join("testdata", "*.sql"))
 	if err != nil || len(scripts) == 0 {
 		t.Fatalf("no scripts in testdata (%v)", err)

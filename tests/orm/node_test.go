@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 // nodeOutput is what node/insert.js prints. node-postgres returns int8 as
@@ -31,14 +33,8 @@ type nodeOutput struct {
 // It installs the locked dependencies with npm ci when node_modules is
 // missing. Without node and npm it fails: CI must install them.
 func TestNodePostgres(t *testing.T) {
-	nodeBin, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal("node is not in PATH: this test needs Node.js and npm (Debian: apt-get install nodejs npm)")
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Fatal("npm is not in PATH: this test needs Node.js and npm (Debian: apt-get install nodejs npm)")
-	}
+	nodeBin := pgtest.Tool(t, "node")
+	npm := pgtest.Tool(t, "npm")
 	dir, err := filepath.Abs("node")
 	if err != nil {
 		t.Fatal(err)

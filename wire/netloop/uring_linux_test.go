@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/testenv"
 )
 
 // copySteps relays every message to the other side unchanged, and hands
@@ -89,7 +91,7 @@ func (s *loopSession) leave(t *testing.T) Exit {
 func startURingLoop(t *testing.T) *Loop {
 	t.Helper()
 	if err := URingAvailable(); err != nil {
-		t.Skip("io_uring:", err)
+		testenv.CannotRun(t, "io_uring is not available (the kernel, or a sandbox's seccomp profile, refuses it): %v", err)
 	}
 	lp, err := NewLoopIO(IOURing, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
