@@ -73,7 +73,7 @@ func LocateBinaries(ctx context.Context, o Locate) (string, error) {
 	if in.Downloaded {
 		how = "fetched PostgreSQL"
 	}
-	o.Logger.Info(how+" ("+searched+")", "release", in.Release, "dir", in.BinDir)
+	o.Logger.Info(how, "release", in.Release, "dir", in.BinDir, "why", searched)
 	return in.BinDir, nil
 }
 
