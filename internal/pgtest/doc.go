@@ -14,7 +14,8 @@
 // (InstallMajor, BinDir), into the per-user cache, shared by test binaries
 // running at once. Tests of the embedded server that start it through
 // pgserver or the proxy's own default (internal/pgserver, cmd) use
-// pgserver.FindBinDir, which looks in PATH first.
+// pgserver.LocateBinaries: the machine's own, else PostgreSQL
+// pgfetch.DefaultMajor fetched the same way.
 //
 // The programs the tests run (psql, pg_dump, pgbench, PgBouncer, Node.js)
 // come from Tool: when one is missing and the tests run as root on Debian

@@ -23,7 +23,7 @@ import (
 
 // EnvBinDir names the directory of initdb, pg_ctl and postgres that every
 // server of the tests is started from (Shared, Start, and so every test
-// through them). Unset: pgserver.FindBinDir, the machine's own binaries.
+// through them). Unset: DefaultBinDir's order.
 const EnvBinDir = "SNOWFLAKE_PROXY_TEST_PGBIN"
 
 // Majors are the PostgreSQL major versions InstallMajor provides on this
