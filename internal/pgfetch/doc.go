@@ -42,5 +42,5 @@
 //   - progress.go: the progress line.
 //   - unpack.go: the archive, unpacked; the package's links restored.
 //   - lock_unix.go: LockFile, the cache's file lock (also the tests' lock
-//     around apt-get).
+//     around apt-get); lock_other.go: none elsewhere.
 package pgfetch

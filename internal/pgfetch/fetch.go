@@ -109,7 +109,11 @@ func Fetch(ctx context.Context, o Options) (*Install, error) {
 	if err := mkdirShared(o.CacheDir); err != nil {
 		return nil, err
 	}
-	unlock, err := LockFile(ctx, filepath.Join(o.CacheDir, ".lock"))
+	// Another process's fetch ends within its own bounds; waiting for it
+	// is bounded the same way.
+	lctx, cancel := context.WithTimeout(ctx, o.MetadataTimeout+o.DownloadTimeout+time.Minute)
+	defer cancel()
+	unlock, err := LockFile(lctx, filepath.Join(o.CacheDir, ".lock"))
 	if err != nil {
 		return nil, err
 	}

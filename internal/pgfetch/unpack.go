@@ -95,6 +95,8 @@ func untar(r io.Reader, root string) error {
 		}
 		path := filepath.Join(root, name)
 		switch h.Typeflag {
+		case tar.TypeXGlobalHeader:
+			// PAX settings for what follows, applied by archive/tar.
 		case tar.TypeDir:
 			if err := mkdirAll(root, name); err != nil {
 				return err
