@@ -63,10 +63,12 @@ func TestUntarRefusesEscapesAndLinks(t *testing.T) {
 }
 
 // Files keep their execute bits and become readable by everyone whatever
-// the umask; the top directory is dropped.
+// the umask; the top directory is dropped; a PAX global header is no
+// entry.
 func TestUntarModes(t *testing.T) {
 	root := t.TempDir()
 	err := untar(bytes.NewReader(tgz(t,
+		&tar.Header{Typeflag: tar.TypeXGlobalHeader, PAXRecords: map[string]string{"comment": "settings, not an entry"}},
 		&tar.Header{Name: "package/native/bin/postgres", Typeflag: tar.TypeReg, Mode: 0o700},
 		&tar.Header{Name: "package/native/share/a.sql", Typeflag: tar.TypeReg, Mode: 0o600},
 	)), root)
