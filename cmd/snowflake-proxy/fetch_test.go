@@ -204,3 +204,21 @@ func TestReadyLineNamesUpstreamUserAndDatabase(t *testing.T) {
 	}
 	p.stop(t, ctx)
 }
+
+// A data directory opens with its own major version only: asking for
+// another stops the proxy before anything is fetched or started, saying
+// what to do.
+func TestEmbeddedVersionOtherThanDataDirs(t *testing.T) {
+	dataDir := filepath.Join(sharedTempDir(t), "pgdata")
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dataDir, "PG_VERSION"), []byte("15\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, nil, "--node", "1", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--embedded-pg-version", "18")
+	want := "was made by PostgreSQL 15, which PostgreSQL 18 (--embedded-pg-version) cannot open: give another --data-dir, or --embedded-pg-version 15"
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("exit %d, stderr %q; want 1 and %q", code, errOut, want)
+	}
+}

