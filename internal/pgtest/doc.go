@@ -17,8 +17,8 @@
 // pgserver.LocateBinaries: the machine's own, else PostgreSQL
 // pgfetch.DefaultMajor fetched the same way.
 //
-// The programs the tests run (psql, pg_dump, pgbench, PgBouncer, Node.js)
-// come from Tool: when one is missing and the tests run as root on Debian
+// The programs the tests run (psql, pg_dump, pgbench, PgBouncer, Node.js,
+// perf) come from Tool: when one is missing and the tests run as root on Debian
 // or Ubuntu, the missing packages are installed with apt-get, once for all
 // test binaries. A test that cannot run here fails, saying why and what to
 // install, unless SNOWFLAKE_PROXY_TEST_ALLOW_SKIP=1 asks for a skip
