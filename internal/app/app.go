@@ -280,7 +280,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		if err != nil {
 			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
 		}
-		srv, err := pgserver.Start(ctx, pgserver.Options{BinDir: bin, DataDir: dataDir, Private: true, Logger: elog})
+		srv, err := pgserver.Start(ctx, pgserver.Options{BinDir: bin, DataDir: dataDir, Private: true, CreateRunAs: true, Logger: elog})
 		if err != nil {
 			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
 		}

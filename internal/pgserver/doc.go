@@ -7,7 +7,8 @@
 // It serves the proxy's embedded default (no --upstream) and every test that
 // needs a real server. PostgreSQL refuses to run as root; when the caller is
 // root the server runs as an unprivileged user (Options.RunAs, default
-// "postgres") and the data directory is handed to that user.
+// "postgres", created when missing with Options.CreateRunAs) and the data
+// directory is handed to that user.
 //
 // Two kinds of server:
 //
@@ -43,4 +44,6 @@
 //     waiting until it is ready, stopping it; the one-line start failure.
 //   - proc_linux.go, proc_other.go: the parent-death signal and finding a
 //     live postmaster of a data directory.
+//   - user.go: EnsureSystemUser, the OS user a root caller runs the server
+//     as (Options.CreateRunAs).
 package pgserver

@@ -33,6 +33,11 @@ type Options struct {
 	// RunAs is the OS user the server runs as when the caller is root.
 	// Empty: "postgres".
 	RunAs string
+	// CreateRunAs makes a caller that is root create RunAs as a system
+	// user when it does not exist (EnsureSystemUser), as the proxy's
+	// embedded default does. Default: a missing user is an error that says
+	// how to create it.
+	CreateRunAs bool
 	// Superuser is the database superuser initdb creates. Empty: "postgres".
 	Superuser string
 	// Password for Superuser. Empty: none (trust authentication). Not
@@ -172,6 +177,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	s := &Server{binDir: o.BinDir, superuser: o.Superuser, password: o.Password, private: o.Private, detached: o.Detached, log: o.Logger}
 	var uid, gid int = -1, -1
 	if os.Geteuid() == 0 {
+		if o.CreateRunAs {
+			created, err := EnsureSystemUser(ctx, o.RunAs)
+			if err != nil {
+				return nil, fmt.Errorf("pgserver: PostgreSQL refuses to run as root and user %q could not be created: %w", o.RunAs, err)
+			}
+			if created {
+				o.Logger.Info("created the system user the server runs as (PostgreSQL refuses to run as root)", "user", o.RunAs)
+			}
+		}
 		u, err := user.Lookup(o.RunAs)
 		if err != nil {
 			return nil, fmt.Errorf("pgserver: PostgreSQL refuses to run as root and user %q does not exist (create it, e.g. `useradd -r %s`, or run as a non-root user): %w", o.RunAs, o.RunAs, err)

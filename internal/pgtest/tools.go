@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgfetch"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 )
 
 // toolPackages are the programs the tests run and the Debian (and Ubuntu)
@@ -167,16 +167,9 @@ func ensureServerUser() {
 		if os.Geteuid() != 0 {
 			return
 		}
-		if _, err := user.Lookup("postgres"); err == nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "useradd", "--system", "--home-dir", "/var/lib/postgresql", "--shell", "/bin/bash", "postgres").CombinedOutput()
-		if _, lerr := user.Lookup("postgres"); err != nil && lerr != nil {
-			// Another test binary may have made it meanwhile; if not,
-			// the servers' start says what is missing.
-			fmt.Fprintf(os.Stderr, "pgtest: useradd postgres: %v: %s\n", err, tail(out, 3))
+		if _, err := pgserver.EnsureSystemUser(context.Background(), "postgres"); err != nil {
+			// The servers' start says what is missing.
+			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		}
 	})
 }
