@@ -124,6 +124,8 @@ func (a *analyzer) statement(raw *pg_query.RawStmt, only bool) plan.Statement {
 		// Without WITH, the only statement's targets are its own.
 		ins := n.InsertStmt
 		a.plainInsert = only && ins.WithClause == nil && len(ins.ReturningList) == 0 && len(a.inserts) == 1
+	case *pg_query.Node_CopyStmt:
+		a.copyStmt(n.CopyStmt, only)
 	case *pg_query.Node_UpdateStmt:
 		a.withInserts(n.UpdateStmt.WithClause)
 	case *pg_query.Node_DeleteStmt:

@@ -30,6 +30,9 @@
 //     what the real extension enforces (superuser, integer 0..1023).
 //   - insert.go: INSERT ... VALUES targets (also inside WITH), recorded in
 //     plan.Inserts for the session to complete with the targets' defaults.
+//   - copy.go: COPY table (columns) FROM STDIN, recorded in plan.Copy
+//     with its options for the session to complete its rows with the
+//     target's snowflake defaults.
 //   - relname.go: which relation-name literals are safe to pass to the
 //     session's hidden queries.
 //   - touch.go: which session or catalog state a statement may change.

@@ -113,6 +113,11 @@ func goldenText(p *plan.Plan) []byte {
 			b.WriteString("\n")
 		}
 	}
+	if p.Copy != nil {
+		b.WriteString("-- Copy.Text with id and sub_id:\n")
+		b.WriteString(p.Copy.Text([]string{`"id"`, `"sub_id"`}))
+		b.WriteString("\n")
+	}
 	return b.Bytes()
 }
 
@@ -177,6 +182,7 @@ type planViewT struct {
 	Touches       []string         `json:",omitempty"`
 	ShimCalls     bool             `json:",omitempty"`
 	Inserts       []plan.Insert    `json:",omitempty"`
+	Copy          *plan.Copy       `json:",omitempty"`
 	PlainInsert   bool             `json:",omitempty"`
 	Deallocate    string           `json:",omitempty"`
 	DeallocateAll bool             `json:",omitempty"`
@@ -192,6 +198,11 @@ func planView(p *plan.Plan) planViewT {
 		if p.Touches&tn.t != 0 {
 			v.Touches = append(v.Touches, tn.name)
 		}
+	}
+	if p.Copy != nil {
+		c := *p.Copy
+		c.SQL = "" // the input file
+		v.Copy = &c
 	}
 	if p.Inserts != nil {
 		v.Inserts, v.PlainInsert = p.Inserts.Targets, p.Inserts.Plain

@@ -138,6 +138,9 @@ type Plan struct {
 	// Inserts is non-nil when the string has INSERT ... VALUES statements
 	// whose column defaults the session may fill (insert.go).
 	Inserts *Inserts
+	// Copy is non-nil when the string is one COPY ... FROM STDIN with a
+	// column list, whose rows the session may complete (plan.Copy).
+	Copy *Copy
 	// Deallocate names the prepared statement a DEALLOCATE removes; "" for
 	// none. DeallocateAll is set for DEALLOCATE ALL.
 	Deallocate    string

@@ -1,0 +1,1 @@
+SET search_path = s; COPY t (v) FROM STDIN

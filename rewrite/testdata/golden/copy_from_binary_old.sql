@@ -1,0 +1,1 @@
+COPY t (v) FROM STDIN BINARY

@@ -1,0 +1,1 @@
+COPY public."T" (a, "B") FROM STDIN WITH (FORMAT csv, HEADER match, DELIMITER ';', QUOTE '''', ESCAPE '\', NULL 'n/a', ENCODING 'LATIN1', FORCE_NULL (a), FORCE_NOT_NULL ("B"), FREEZE false)
