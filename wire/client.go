@@ -62,6 +62,8 @@ type clientPump struct {
 	// carried is the plan a loop thread made for the Parse or Query it
 	// handed over, for the pump that takes the message again (plan).
 	carried carriedPlan
+	// cin is the COPY whose rows the pump completes (copyin.go).
+	cin copyIn
 	// idleSeen: a state() call of the current Bind found a safe point in
 	// status 'I', where the unnamed portal ends with the implicit
 	// transaction (bind; scratch of one step).
@@ -239,6 +241,11 @@ func (p *clientPump) readFailed(err error) error {
 
 // dispatch handles one client message when a Rewriter is configured.
 func (p *clientPump) dispatch(typ byte) error {
+	if p.cin.active {
+		if handled, err := p.copyMessage(typ); handled {
+			return err
+		}
+	}
 	switch typ {
 	case 'Q':
 		return p.query()

@@ -156,7 +156,7 @@ func (m *mirror) applyRel(name string, t catalog.TargetState) {
 	for _, c := range t.Defaults {
 		info.defs = append(info.defs, plan.ColumnDefault{
 			Name: c.Name, Quoted: c.Quoted, Position: c.Position, Seq: c.Seq,
-			Insertable: c.Insertable, AllInsertable: t.AllInsertable,
+			Insertable: c.Insertable, AllInsertable: t.AllInsertable, Int8: c.Int8,
 			// The fallback call names the sequence by OID: exactly the default's.
 			Arg: "'" + strconv.FormatUint(uint64(c.SeqOID), 10) + "'::pg_catalog.regclass",
 		})

@@ -41,7 +41,9 @@
 //     and the session state they depend on; local.go, extlocal.go: answers
 //     the proxy gives without the server; errors.go: typed errors and SQLSTATEs;
 //     fallback.go: why IDs went to the shim instead (Stats.Fallbacks);
-//     outcome.go: how sessions end, logged and counted (Stats.Ended).
+//     outcome.go: how sessions end, logged and counted (Stats.Ended);
+//     copyin.go: COPY ... FROM STDIN whose rows get the proxy's IDs, the
+//     rows themselves rewritten by package pgcopy.
 //
 // # Session lifecycle
 //
@@ -175,6 +177,24 @@
 // may have changed, or Snowflakes.CatalogEpoch moves (DDL made elsewhere);
 // with epoch 0 defaults stay with the server. A named prepared INSERT whose
 // defaults changed is prepared again, transparently, at its next Bind.
+//
+// # COPY FROM STDIN (copyin.go, pgcopy)
+//
+// A simple-protocol Query that is one COPY table (columns) FROM STDIN,
+// whose list omits bigint columns with a snowflake default, is sent with
+// those columns appended to the list when the checks of an INSERT default
+// pass (the same catalog cache, sequence privileges, node, transaction
+// state and fence; INSERT on the column; an encoding whose characters hold
+// no ASCII bytes). Until the client's CopyDone or CopyFail, its CopyData
+// goes through a pgcopy.Rewriter, which appends one ID per added column to
+// every row with at least as many fields as the client's list; the IDs are
+// issued in batches before the data that needs them, so a loop thread that
+// would wait hands the message over untouched. The CopyInResponse hides
+// the added columns. When the server refuses the COPY the rest of the data
+// passes unchanged; when the generator fails mid-COPY the proxy sends the
+// server a CopyFail (57014 for the client) and the session goes on.
+// Afterwards currval is the last row's ID, as after the shim's calls. The
+// extended protocol, and any COPY the checks refuse, keep the shim.
 //
 // # Simple-protocol INSERTs (simpleprep.go)
 //

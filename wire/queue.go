@@ -35,6 +35,9 @@ type owed struct {
 	stmts []plan.Statement // command tags to rename (shared, read-only)
 	n     int              // owedQuery: CommandCompletes seen
 	pos   *posMap          // owedQuery, owedParse of a rewritten text: error cursors to map
+	// copyCols: owedQuery of a COPY whose rows the client pump completes
+	// (copyin.go): the columns it added, hidden from CopyInResponse.
+	copyCols int
 	// confirm: owedParse, owedHiddenParse: the confirmation of the
 	// record whose Parse this is, set at its ParseComplete (under
 	// shared.mu).

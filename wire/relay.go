@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 
@@ -151,6 +152,9 @@ func (p *serverPump) handle(typ byte) error {
 			p.sh.mu.Lock()
 			if o := p.sh.q.front(); o != nil {
 				pm, own = o.pos, ownStatement(o)
+				if o.copyCols > 0 {
+					p.sh.copyRefused.Store(true)
+				}
 				if o.kind.extended() {
 					// The server now skips to Sync; ready pops the rest.
 					p.sh.q.pop()
@@ -183,6 +187,16 @@ func (p *serverPump) handle(typ byte) error {
 		p.sh.mu.Unlock()
 		if strip > 0 {
 			return p.parameterDescription(strip)
+		}
+	case 'G':
+		p.sh.mu.Lock()
+		hide := 0
+		if o := p.sh.q.front(); o != nil {
+			hide = o.copyCols
+		}
+		p.sh.mu.Unlock()
+		if hide > 0 {
+			return p.copyInResponse(hide)
 		}
 	case 'T', 'n':
 		p.complete(owedDescribeStmt, owedDescribePortal)
@@ -313,6 +327,31 @@ func (p *serverPump) parameterDescription(strip int) error {
 		return p.sr.pass(p.sh.cw)
 	}
 	p.sout = m.WithoutLast(strip).Append(p.sout[:0])
+	p.sr.consume()
+	_, err = p.sh.cw.Write(p.sout)
+	return err
+}
+
+// copyInResponse hides the hide last columns of a CopyInResponse: those
+// the client pump added to a COPY's column list (copyin.go).
+func (p *serverPump) copyInResponse(hide int) error {
+	body, err := p.sr.body()
+	if err != nil {
+		return err
+	}
+	if len(body) < 3 {
+		return p.sr.pass(p.sh.cw)
+	}
+	n := int(binary.BigEndian.Uint16(body[1:3]))
+	if n < hide || len(body) != 3+2*n {
+		return p.sr.pass(p.sh.cw)
+	}
+	var start int
+	p.sout, start = pgmsg.Begin(p.sout[:0], 'G')
+	p.sout = append(p.sout, body[0])
+	p.sout = binary.BigEndian.AppendUint16(p.sout, uint16(n-hide))
+	p.sout = append(p.sout, body[3:3+2*(n-hide)]...)
+	p.sout = pgmsg.Finish(p.sout, start)
 	p.sr.consume()
 	_, err = p.sh.cw.Write(p.sout)
 	return err

@@ -62,6 +62,9 @@ type shared struct {
 	// only by whoever runs the client steps.
 	syncs atomic.Uint64
 	msgs  atomic.Uint64
+	// copyRefused: the server sent an error for a COPY whose rows the
+	// client pump completes (copyin.go): it issues no more IDs for it.
+	copyRefused atomic.Bool
 }
 
 func newShared(track bool) *shared {

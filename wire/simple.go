@@ -25,6 +25,11 @@ func (p *clientPump) query() error {
 	}
 	text := msg.SQL
 	pl := p.plan(text)
+	if pl.Copy != nil {
+		if done, err := p.copyQuery(text, pl); done || err != nil {
+			return p.handOver(text, pl, err)
+		}
+	}
 	// The client's own Query destroys the unnamed statement and portal, so
 	// a hidden query before it harms nothing.
 	t, shim, err := p.insertTemplate(pl, true)

@@ -79,6 +79,9 @@ type ColumnDefault struct {
 	SeqUsable  bool   // USAGE or UPDATE on it
 	Insertable bool   // INSERT on the column
 	Increment  int64  // the sequence's INCREMENT
+	// Int8: the column's type is bigint, whose binary COPY form the
+	// proxy writes (wire/copyin.go).
+	Int8 bool
 }
 
 // ErrStateRow is the error of a row that is not the answer to the query.
@@ -133,6 +136,7 @@ const (
 		"'seq_oid', s.oid::pg_catalog.int8, 'seq', pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(s.relname), " +
 		"'seq_usable', pg_catalog.has_sequence_privilege(s.oid, 'USAGE') OR pg_catalog.has_sequence_privilege(s.oid, 'UPDATE'), " +
 		"'insertable', pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'INSERT'), " +
+		"'int8', a.atttypid = 'pg_catalog.int8'::pg_catalog.regtype, " +
 		"'increment', (SELECT q.seqincrement FROM pg_catalog.pg_sequence q WHERE q.seqrelid = s.oid)) ORDER BY a.attnum) " +
 		"FROM pg_catalog.pg_attrdef d " +
 		"JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum AND NOT a.attisdropped AND a.attgenerated = '' " +
@@ -247,6 +251,7 @@ func decodeTarget(v *string) (TargetState, error) {
 			SeqUsable  *bool   `json:"seq_usable"`
 			Insertable *bool   `json:"insertable"`
 			Increment  *int64  `json:"increment"`
+			Int8       *bool   `json:"int8"`
 		} `json:"columns"`
 	}
 	if err := json.Unmarshal([]byte(*v), &c); err != nil {
@@ -267,6 +272,7 @@ func decodeTarget(v *string) (TargetState, error) {
 		t.Defaults = append(t.Defaults, ColumnDefault{
 			Name: *col.Name, Quoted: *col.Quoted, Position: *col.Position, SeqOID: *col.SeqOID, Seq: *col.Seq,
 			SeqUsable: *col.SeqUsable, Insertable: *col.Insertable, Increment: *col.Increment,
+			Int8: col.Int8 != nil && *col.Int8,
 		})
 	}
 	return t, nil

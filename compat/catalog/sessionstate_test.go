@@ -89,10 +89,10 @@ func stateCases() []stateCase {
 				t.Fatalf("t = %+v: want a table with two snowflake defaults (casts, dynamic arguments, expressions and pg_catalog.nextval do not qualify)", tt)
 			}
 			id, id2 := tt.Defaults[0], tt.Defaults[1]
-			if id != (catalog.ColumnDefault{Name: "id", Quoted: "id", Position: 1, SeqOID: oids["snowflake.id_seq"], Seq: "snowflake.id_seq", SeqUsable: true, Insertable: true, Increment: 1}) {
+			if id != (catalog.ColumnDefault{Name: "id", Quoted: "id", Position: 1, SeqOID: oids["snowflake.id_seq"], Seq: "snowflake.id_seq", SeqUsable: true, Insertable: true, Increment: 1, Int8: true}) {
 				t.Errorf("t.id = %+v", id)
 			}
-			if id2 != (catalog.ColumnDefault{Name: "Id2", Quoted: `"Id2"`, Position: 2, SeqOID: oids["s1"], Seq: "public.s1", SeqUsable: true, Insertable: true, Increment: 100}) {
+			if id2 != (catalog.ColumnDefault{Name: "Id2", Quoted: `"Id2"`, Position: 2, SeqOID: oids["s1"], Seq: "public.s1", SeqUsable: true, Insertable: true, Increment: 100, Int8: true}) {
 				t.Errorf("t.Id2 = %+v", id2)
 			}
 			if p := st.Targets[1]; !p.Table || len(p.Defaults) != 1 || p.Defaults[0].Name != "id" {

@@ -142,6 +142,8 @@ type ColumnDefault struct {
 	// AllInsertable that it may name every column of the relation (an
 	// omitted column is then given as DEFAULT to fill a later position).
 	Insertable, AllInsertable bool
+	// Int8: the column is a bigint (a COPY's rows get its IDs only then).
+	Int8 bool
 }
 
 // Template returns the template for the statement string when the targets'

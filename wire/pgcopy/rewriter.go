@@ -46,6 +46,9 @@ type IDs struct {
 // Len is the number of IDs left.
 func (q *IDs) Len() int { return len(q.Buf) - q.Next }
 
+// Reset empties the queue, keeping its array.
+func (q *IDs) Reset() { q.Buf, q.Next = q.Buf[:0], 0 }
+
 // Compact moves the IDs left to the front, for a refill to append to.
 func (q *IDs) Compact() {
 	n := copy(q.Buf, q.Buf[q.Next:])
@@ -97,6 +100,13 @@ func New(o Options) Rewriter {
 
 // Rows is the number of rows that got IDs so far.
 func (r *Rewriter) Rows() int64 { return r.rows }
+
+// Binary reports whether the stream is in the binary format.
+func (r *Rewriter) Binary() bool { return r.o.Format == Binary }
+
+// MinTuple is the size of the smallest binary tuple that gets IDs: no row
+// that gets IDs ends in fewer bytes than that, but one begun earlier.
+func (r *Rewriter) MinTuple() int { return 2 + 4*r.o.Cols }
 
 // Ended reports whether the data the server reads has ended.
 func (r *Rewriter) Ended() bool { return r.ended }
