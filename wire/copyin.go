@@ -133,6 +133,13 @@ func (p *clientPump) copyQuery(text []byte, pl *plan.Plan) (done bool, err error
 		row: row, reqs: p.cin.reqs, node: m.node}
 	p.cin.ids.Reset()
 	p.sh.copyRefused.Store(false)
+	view := copyView{cols: len(c.Cols), extra: len(add), delim: c.Delim, header: string(o.HeaderText), node: m.node}
+	if c.Format == plan.CopyBinary {
+		view.delim = 0
+	}
+	p.sh.mu.Lock()
+	p.sh.copyView = view
+	p.sh.mu.Unlock()
 	_, err = p.sw.Write(p.out)
 	return true, err
 }
@@ -156,7 +163,9 @@ func (p *clientPump) copyOptions(c *plan.Copy, add []*plan.ColumnDefault) (pgcop
 	case plan.CopyCSV:
 		o.Format = pgcopy.CSV
 		o.CSVEndMarker = serverMajor(p.sh.parameter("server_version")) < 18
-		if strings.ContainsAny(string([]byte{c.Delim, c.Quote, c.Escape}), "\\.\r\n") || c.Delim == c.Quote {
+		// An escape character matters only inside quotes, where the
+		// server does not look for the end-of-data marker.
+		if strings.ContainsAny(string([]byte{c.Delim, c.Quote}), "\\.\r\n") || strings.ContainsAny(string(c.Escape), ".\r\n") || c.Delim == c.Quote {
 			return o, false
 		}
 	default:
@@ -365,6 +374,17 @@ func (p *clientPump) copyIDs(data []byte) error {
 	for i := range reqs {
 		c.ids.Buf = append(c.ids.Buf, reqs[i].ID)
 	}
+	lo, hi := reqs[0].ID, reqs[0].ID
+	for i := range reqs {
+		lo, hi = min(lo, reqs[i].ID), max(hi, reqs[i].ID)
+	}
+	p.sh.mu.Lock()
+	v := &p.sh.copyView
+	if v.lo == 0 || lo < v.lo {
+		v.lo = lo
+	}
+	v.hi = max(v.hi, hi)
+	p.sh.mu.Unlock()
 	p.srv.stats.fast.Add(uint64(len(reqs)))
 	return nil
 }

@@ -43,7 +43,8 @@
 //     fallback.go: why IDs went to the shim instead (Stats.Fallbacks);
 //     outcome.go: how sessions end, logged and counted (Stats.Ended);
 //     copyin.go: COPY ... FROM STDIN whose rows get the proxy's IDs, the
-//     rows themselves rewritten by package pgcopy.
+//     rows themselves rewritten by package pgcopy; copyerr.go: its errors
+//     as the client's own data would have made them.
 //
 // # Session lifecycle
 //
@@ -190,7 +191,9 @@
 // every row with at least as many fields as the client's list; the IDs are
 // issued in batches before the data that needs them, so a loop thread that
 // would wait hands the message over untouched. The CopyInResponse hides
-// the added columns. When the server refuses the COPY the rest of the data
+// the added columns; the server's errors lose them too (the expected field
+// count, the IDs at the end of a quoted line). When the server refuses the
+// COPY the rest of the data
 // passes unchanged; when the generator fails mid-COPY the proxy sends the
 // server a CopyFail (57014 for the client) and the session goes on.
 // Afterwards currval is the last row's ID, as after the shim's calls. The

@@ -148,12 +148,15 @@ func (p *serverPump) handle(typ byte) error {
 		}
 		var pm *posMap
 		own := false
+		var cv *copyView
 		if p.sh.track {
 			p.sh.mu.Lock()
 			if o := p.sh.q.front(); o != nil {
 				pm, own = o.pos, ownStatement(o)
 				if o.copyCols > 0 {
 					p.sh.copyRefused.Store(true)
+					v := p.sh.copyView
+					cv = &v
 				}
 				if o.kind.extended() {
 					// The server now skips to Sync; ready pops the rest.
@@ -162,7 +165,16 @@ func (p *serverPump) handle(typ byte) error {
 			}
 			p.sh.mu.Unlock()
 		}
-		if fixed, ok := fixError(f, pm, own); ok {
+		fixed, ok := fixError(f, pm, own)
+		if cv != nil {
+			if ok {
+				f, _ = pgmsg.ReadFields(fixed)
+			}
+			if c, changed := cv.fix(f); changed {
+				fixed, ok = c, true
+			}
+		}
+		if ok {
 			p.sr.consume()
 			return p.write('E', fixed)
 		}

@@ -35,6 +35,9 @@ type shared struct {
 	shimBusy plan.Touch
 	fenceDue plan.Touch
 	params   map[string]string
+	// copyView: the COPY whose rows the client pump completes, for its
+	// errors (copyerr.go).
+	copyView copyView
 	// readies counts the server's ReadyForQuery messages without a
 	// Rewriter (with one, the owed queue tells), against syncs.
 	readies uint64
