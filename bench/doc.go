@@ -30,7 +30,9 @@
 // main.go parses the flags and runs the harness (harness.go), the rounds
 // (rounds.go) and the results (results.go, output.go); floor.go and
 // siderelay.go run the floor relays and PgBouncer beside the proxy;
-// idle.go is the idle subcommand (memory per idle session).
+// idle.go is the idle subcommand (memory per idle session); bulk.go the
+// bulk subcommand (COPY FROM STDIN of many rows into a snowflake-default
+// table against a bigserial one).
 //
 // Every process it starts is stopped on exit, on error and on Ctrl-C
 // (procs.go). All traffic stays on 127.0.0.1 and Unix sockets. A target that

@@ -97,6 +97,9 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "idle" {
 		return runIdle(args[1:])
 	}
+	if len(args) > 0 && args[0] == "bulk" {
+		return runBulk(args[1:])
+	}
 	cfg, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
