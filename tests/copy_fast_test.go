@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -467,4 +470,165 @@ func TestCopyFastProtocol(t *testing.T) {
 		t.Fatalf("%d rows, want 2", len(ids))
 	}
 	checkIDs(t, "the simple COPY's id, then the extended COPY's", ids, copyNode)
+}
+
+// TestCopyFastPsql: psql's \copy (a COPY FROM STDIN of a file's lines) in
+// text and csv with a header, compared with the same file loaded straight.
+func TestCopyFastPsql(t *testing.T) {
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		t.Fatal("psql not installed: these tests need the PostgreSQL client (e.g. apt-get install postgresql-client)")
+	}
+	e := newCopyEnv(t, "")
+	conn, _, _ := e.copySession(t, pgx.QueryExecModeCacheStatement)
+	dir := t.TempDir()
+	var text, csv strings.Builder
+	csv.WriteString("v,w\n")
+	for i := 0; i < 5000; i++ {
+		fmt.Fprintf(&text, "psql row %d\t%d\n", i, i)
+		fmt.Fprintf(&csv, "\"psql, row\n%d\",%d\n", i, i)
+	}
+	host, port := splitHostPort(t, e.proxyAddr())
+	for _, c := range []struct{ name, data, options string }{
+		{"text", text.String(), ""},
+		{"csv", csv.String(), " WITH (FORMAT csv, HEADER match)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			file := filepath.Join(dir, c.name)
+			if err := os.WriteFile(file, []byte(c.data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p := copyPair{name: "psql_" + c.name, ddl: copyTableDDL, ids: []string{"id"}}
+			p.create(t, e)
+			cmd := exec.Command(psql, "-X", "-v", "ON_ERROR_STOP=1", "-h", host, "-p", port, "-U", "postgres", "-d", e.db,
+				"-c", fmt.Sprintf(`\copy %s (v, w) FROM '%s'%s`, p.proxyTable(), file, c.options))
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C", "PGSSLMODE=disable", "PGCONNECT_TIMEOUT=30"}
+			out, err := cmd.CombinedOutput()
+			if err != nil || strings.TrimSpace(string(out)) != "COPY 5000" {
+				t.Fatalf("psql \\copy: %v: %s", err, out)
+			}
+			if _, err := e.connectShim(t).PgConn().CopyFrom(copyCtx(t), strings.NewReader(c.data),
+				fmt.Sprintf("COPY %s (v, w) FROM STDIN%s", p.serverTable(), c.options)); err != nil {
+				t.Fatal(err)
+			}
+			p.check(t, e, conn, 5000)
+		})
+	}
+}
+
+// endlessRows is a COPY source in text format: at least first rows, then,
+// once released, rows without end, 4 KiB per read.
+type endlessRows struct {
+	first    int
+	released <-chan struct{}
+	sent     chan struct{} // closed when the first rows are out
+	gated    bool
+	i        int
+}
+
+func (r *endlessRows) Read(p []byte) (int, error) {
+	if r.i >= r.first && !r.gated {
+		r.gated = true
+		close(r.sent)
+		<-r.released
+	}
+	n := 0
+	for n+32 < len(p) && n < 4096 {
+		r.i++
+		n += copy(p[n:], fmt.Sprintf("endless %d\n", r.i))
+	}
+	return n, nil
+}
+
+// TestCopyFastCancel: a cancel request while the proxy completes a COPY's
+// rows ends it with the server's 57014, stores nothing, and the session
+// goes on with the fast path.
+func TestCopyFastCancel(t *testing.T) {
+	e := newCopyEnv(t, "")
+	conn, ctx, before := e.copySession(t, pgx.QueryExecModeCacheStatement)
+	release := make(chan struct{})
+	src := &endlessRows{first: 100, released: release, sent: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.PgConn().CopyFrom(ctx, src, "COPY t (payload) FROM STDIN")
+		done <- err
+	}()
+	select {
+	case <-src.sent:
+	case <-ctx.Done():
+		t.Fatal("the COPY never sent its first rows")
+	}
+	if err := conn.PgConn().CancelRequest(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(release) // rows go on until the server acts on the cancel
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.Fatal("the cancelled COPY did not end")
+	}
+	wantError(t, "cancelled COPY", err, "57014", "canceling statement due to user request")
+	checkSessionUsable(t, conn, "after the cancelled COPY", before)
+	if n := mustInt64(t, conn, "SELECT count(*) FROM t"); n != 0 {
+		t.Errorf("%d rows stored by the cancelled COPY", n)
+	}
+}
+
+// TestCopyFastClientDisconnects: a client that goes away in the middle of
+// a COPY leaves no row and no backend behind, and the proxy goes on
+// serving other sessions with the fast path.
+func TestCopyFastClientDisconnects(t *testing.T) {
+	e := newCopyEnv(t, "")
+	conn, ctx, _ := e.copySession(t, pgx.QueryExecModeCacheStatement)
+	pid := conn.PgConn().PID()
+	release := make(chan struct{})
+	src := &endlessRows{first: 2000, released: release, sent: make(chan struct{})}
+	go func() { _, _ = conn.PgConn().CopyFrom(ctx, src, "COPY t (payload) FROM STDIN") }()
+	select {
+	case <-src.sent:
+	case <-ctx.Done():
+		t.Fatal("the COPY never sent its first rows")
+	}
+	_ = conn.PgConn().Conn().Close() // gone, mid-COPY
+	close(release)
+	direct := e.connectDirect(t)
+	deadline := time.Now().Add(copyTimeout)
+	for mustInt64(t, direct, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the backend of the departed client is still there")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := mustInt64(t, direct, "SELECT count(*) FROM t"); n != 0 {
+		t.Errorf("%d rows stored by the abandoned COPY", n)
+	}
+	other, _, _ := e.copySession(t, pgx.QueryExecModeCacheStatement)
+	tag, err := other.PgConn().CopyFrom(ctx, strings.NewReader("after\n"), "COPY t (payload) FROM STDIN")
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("COPY on another session afterwards: %v", err)
+	}
+}
+
+// TestCopyFastBinaryFieldCount: a binary tuple with the wrong number of
+// fields gets the server's error with the client's count in it.
+func TestCopyFastBinaryFieldCount(t *testing.T) {
+	e := newCopyEnv(t, "CREATE TABLE e3 (id bigint DEFAULT snowflake.nextval(), a int, b text)")
+	conn, ctx, before := e.copySession(t, pgx.QueryExecModeCacheStatement)
+	direct := e.connectShim(t)
+	data := "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+		"\x00\x02\x00\x00\x00\x04\x00\x00\x00\x01\x00\x00\x00\x01x" + // (1, 'x')
+		"\x00\x01\x00\x00\x00\x04\x00\x00\x00\x02" + // (2): one field short
+		"\xff\xff"
+	const sql = "COPY e3 (a, b) FROM STDIN (FORMAT binary)"
+	_, err := conn.PgConn().CopyFrom(ctx, strings.NewReader(data), sql)
+	_, want := direct.PgConn().CopyFrom(ctx, strings.NewReader(data), sql)
+	var g, w *pgconn.PgError
+	if !asPgError(err, &g) || !asPgError(want, &w) {
+		t.Fatalf("through the proxy: %v; straight: %v", err, want)
+	}
+	if g.Code != w.Code || g.Message != w.Message || g.Where != w.Where {
+		t.Errorf("through the proxy: %s %s (%s); straight: %s %s (%s)", g.Code, g.Message, g.Where, w.Code, w.Message, w.Where)
+	}
+	checkSessionUsable(t, conn, "after the bad tuple", before)
 }
