@@ -54,14 +54,23 @@ type copyIn struct {
 // row per CopyData message then cost one generator call per batch.
 const minCopyBatch = 256
 
-// copyQuery sends a COPY FROM STDIN whose rows the session completes,
-// when it may: done reports that the Query was handled. On a loop thread
-// err is errHandover before anything changed, when a hidden query must
-// run.
-func (p *clientPump) copyQuery(text []byte, pl *plan.Plan) (done bool, err error) {
+// copySpec is how a COPY statement is completed: what the session sends
+// instead, how its rows are read and what goes into them.
+type copySpec struct {
+	text string // the statement with the added columns
+	opts pgcopy.Options
+	row  []generator.Request // one per added column: sequence, INCREMENT
+	view copyView
+	node int
+}
+
+// copySpecFor returns how to complete the COPY of pl, or nil when it is
+// left to the server as written. On a loop thread err is errHandover
+// before anything changed, when a hidden query must run.
+func (p *clientPump) copySpecFor(pl *plan.Plan) (*copySpec, error) {
 	c := pl.Copy
 	if p.cfg.Snowflakes == nil {
-		return false, nil
+		return nil, nil
 	}
 	safe, status := p.state()
 	m := &p.mirror
@@ -69,12 +78,12 @@ func (p *clientPump) copyQuery(text []byte, pl *plan.Plan) (done bool, err error
 		m.dropRels()
 	}
 	if status == 'E' || p.checkEpoch() == 0 {
-		return false, nil
+		return nil, nil
 	}
 	info, known := m.rels[c.Rel]
 	if (!known || !m.fresh) && safe {
 		if p.onLoop() {
-			return false, errHandover // a hidden query waits for the server
+			return nil, errHandover // a hidden query waits for the server
 		}
 		var rels []string
 		if !known {
@@ -88,7 +97,7 @@ func (p *clientPump) copyQuery(text []byte, pl *plan.Plan) (done bool, err error
 		}
 	}
 	if !known || info.skip || !m.fresh {
-		return false, nil
+		return nil, nil
 	}
 	var add []*plan.ColumnDefault
 	for i := range info.defs {
@@ -97,49 +106,67 @@ func (p *clientPump) copyQuery(text []byte, pl *plan.Plan) (done bool, err error
 			continue
 		}
 		if !d.Insertable || !d.Int8 || len(add) == pgcopy.MaxExtra {
-			return false, nil // the shim fills it; or the server's error
+			return nil, nil // the shim fills it; or the server's error
 		}
 		add = append(add, d)
 	}
 	if len(add) == 0 {
-		return false, nil
+		return nil, nil
 	}
 	busy := p.fence(false)
-	row := p.cin.row[:0]
+	row := make([]generator.Request, 0, len(add))
 	for _, d := range add {
 		s, ok := m.seqs[d.Seq]
 		if m.refusal(s, ok, busy) != 0 {
-			return false, nil
+			return nil, nil
 		}
 		row = append(row, generator.Request{Seq: s.oid, Inc: s.inc})
 	}
 	o, ok := p.copyOptions(c, add)
 	if !ok {
-		return false, nil
+		return nil, nil
 	}
-	// The Query is handled here for good.
-	p.cr.consume()
 	quoted := make([]string, len(add))
 	for i, d := range add {
 		quoted[i] = d.Quoted
 	}
-	var start int
-	p.out, start = pgmsg.BeginQuery(p.out[:0])
-	p.out = append(p.out, c.Text(quoted)...)
-	p.out = pgmsg.FinishQuery(p.out, start)
-	p.push(owed{kind: owedQuery, stmts: pl.Statements, copyCols: len(add)})
-	p.unnamed, p.stmtLive, p.unnamedPortal, p.portalLive = nil, false, nil, false
-	p.cin = copyIn{active: true, rw: pgcopy.New(o), extra: len(add), ids: p.cin.ids,
-		row: row, reqs: p.cin.reqs, node: m.node}
-	p.cin.ids.Reset()
-	p.sh.copyRefused.Store(false)
 	view := copyView{cols: len(c.Cols), extra: len(add), delim: c.Delim, header: string(o.HeaderText), node: m.node}
 	if c.Format == plan.CopyBinary {
 		view.delim = 0
 	}
+	return &copySpec{text: c.Text(quoted), opts: o, row: row, view: view, node: m.node}, nil
+}
+
+// startCopy makes s the COPY whose rows the pump completes, from its
+// first CopyData on.
+func (p *clientPump) startCopy(s *copySpec) {
+	p.cin = copyIn{active: true, rw: pgcopy.New(s.opts), extra: s.opts.Extra, ids: p.cin.ids,
+		row: s.row, reqs: p.cin.reqs, node: s.node}
+	p.cin.ids.Reset()
+	p.sh.copyRefused.Store(false)
 	p.sh.mu.Lock()
-	p.sh.copyView = view
+	p.sh.copyView = s.view
 	p.sh.mu.Unlock()
+}
+
+// copyQuery sends a COPY FROM STDIN whose rows the session completes,
+// when it may: done reports that the Query was handled. On a loop thread
+// err is errHandover before anything changed, when a hidden query must
+// run.
+func (p *clientPump) copyQuery(pl *plan.Plan) (done bool, err error) {
+	s, err := p.copySpecFor(pl)
+	if s == nil || err != nil {
+		return false, err
+	}
+	// The Query is handled here for good.
+	p.cr.consume()
+	var start int
+	p.out, start = pgmsg.BeginQuery(p.out[:0])
+	p.out = append(p.out, s.text...)
+	p.out = pgmsg.FinishQuery(p.out, start)
+	p.push(owed{kind: owedQuery, stmts: pl.Statements, copyCols: s.opts.Extra})
+	p.unnamed, p.stmtLive, p.unnamedPortal, p.portalLive = nil, false, nil, false
+	p.startCopy(s)
 	_, err = p.sw.Write(p.out)
 	return true, err
 }

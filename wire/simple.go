@@ -26,7 +26,7 @@ func (p *clientPump) query() error {
 	text := msg.SQL
 	pl := p.plan(text)
 	if pl.Copy != nil {
-		if done, err := p.copyQuery(text, pl); done || err != nil {
+		if done, err := p.copyQuery(pl); done || err != nil {
 			return p.handOver(text, pl, err)
 		}
 	}
