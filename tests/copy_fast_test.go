@@ -386,10 +386,12 @@ func asPgError(err error, pe **pgconn.PgError) bool {
 	return ok
 }
 
-// TestCopyFastProtocol: on the wire, in the simple protocol the client
-// sees the CopyInResponse of its own column list (one text column), not
-// that of the statement the proxy sent; a COPY in the extended protocol
-// (Parse, Bind, Execute, Sync) is left to the shim, and works.
+// TestCopyFastProtocol: on the wire, the client sees the CopyInResponse of
+// its own column list (one text column), not that of the statement the
+// proxy sent, in the simple protocol and in the extended protocol (Parse,
+// Bind, Execute of the unnamed statement); both get the proxy's IDs (a
+// count below 3072: the shim issues 3072 and above while the proxy holds
+// a lease). A named prepared COPY is left to the shim.
 func TestCopyFastProtocol(t *testing.T) {
 	e := newCopyEnv(t, "")
 	conn, _, _ := e.copySession(t, pgx.QueryExecModeCacheStatement)
@@ -428,7 +430,7 @@ func TestCopyFastProtocol(t *testing.T) {
 	copyRows := func(what string) {
 		fe.Send(&pgproto3.CopyData{Data: []byte("wire-" + what + "\n")})
 		fe.Send(&pgproto3.CopyDone{})
-		if what == "extended" {
+		if what != "simple" {
 			fe.Send(&pgproto3.Sync{})
 		}
 		if err := fe.Flush(); err != nil {
@@ -451,25 +453,39 @@ func TestCopyFastProtocol(t *testing.T) {
 	}
 	copyRows("simple")
 
-	fe.Send(&pgproto3.Parse{Query: "COPY t (payload) FROM STDIN"})
-	fe.Send(&pgproto3.Bind{})
-	fe.Send(&pgproto3.Execute{})
-	fe.Send(&pgproto3.Flush{})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"", "named"} {
+		what := "extended"
+		if name != "" {
+			what = "named"
+		}
+		fe.Send(&pgproto3.Parse{Name: name, Query: "COPY t (payload) FROM STDIN"})
+		fe.Send(&pgproto3.Bind{PreparedStatement: name})
+		fe.Send(&pgproto3.Execute{})
+		fe.Send(&pgproto3.Flush{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		msgs = receive(what + " COPY")
+		cin, ok = msgs[len(msgs)-1].(*pgproto3.CopyInResponse)
+		if !ok || !slices.Equal(cin.ColumnFormatCodes, []uint16{0}) {
+			t.Fatalf("%s COPY: %#v, want a CopyInResponse of one text column", what, msgs)
+		}
+		copyRows(what)
 	}
-	msgs = receive("extended COPY")
-	cin, ok = msgs[len(msgs)-1].(*pgproto3.CopyInResponse)
-	if !ok || !slices.Equal(cin.ColumnFormatCodes, []uint16{0}) {
-		t.Fatalf("extended COPY: %#v, want a CopyInResponse of one text column", msgs)
-	}
-	copyRows("extended")
 
-	ids := mustInt64s(t, check, "SELECT id FROM t WHERE payload LIKE 'wire-%' ORDER BY payload DESC")
-	if len(ids) != 2 {
-		t.Fatalf("%d rows, want 2", len(ids))
+	ids := mustInt64s(t, check, "SELECT id FROM t WHERE payload LIKE 'wire-%' ORDER BY array_position(ARRAY['wire-simple', 'wire-extended', 'wire-named'], payload)")
+	if len(ids) != 3 {
+		t.Fatalf("%d rows, want 3", len(ids))
 	}
-	checkIDs(t, "the simple COPY's id, then the extended COPY's", ids, copyNode)
+	checkIDs(t, "the ids of the simple, the extended and the named COPY", ids, copyNode)
+	for i, what := range []string{"simple", "extended"} {
+		if c := decodeID(ids[i]).Count; c >= 3072 {
+			t.Errorf("%s COPY: count %d, want one of the proxy's (below 3072)", what, c)
+		}
+	}
+	if c := decodeID(ids[2]).Count; c < 3072 {
+		t.Errorf("named COPY: count %d, want one of the shim's (3072 and above)", c)
+	}
 }
 
 // TestCopyFastPsql: psql's \copy (a COPY FROM STDIN of a file's lines) in
@@ -557,6 +573,16 @@ func TestCopyFastCancel(t *testing.T) {
 	case <-src.sent:
 	case <-ctx.Done():
 		t.Fatal("the COPY never sent its first rows")
+	}
+	// The server ignores a cancel that comes before it runs the COPY:
+	// wait until it does (waiting for the rows the source holds back).
+	direct := e.connectDirect(t)
+	deadline := time.Now().Add(copyTimeout)
+	for mustInt64(t, direct, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND query LIKE 'COPY t %'", conn.PgConn().PID()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never ran the COPY")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if err := conn.PgConn().CancelRequest(ctx); err != nil {
 		t.Fatal(err)

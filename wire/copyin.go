@@ -14,8 +14,9 @@ import (
 )
 
 // COPY ... FROM STDIN on the fast path (docs/architecture.md, "How IDs are
-// made"). A simple Query that is one COPY table (columns) FROM STDIN whose
-// column list omits snowflake default columns is sent with those columns
+// made"). A simple Query, or the Parse of an unnamed statement, that is
+// one COPY table (columns) FROM STDIN whose column list omits snowflake
+// default columns is sent with those columns
 // named, and the client's CopyData is relayed through a pgcopy.Rewriter
 // that appends an ID per row and column. The server then only inserts,
 // as into a table without a snowflake default. The checks are those of an
@@ -166,7 +167,43 @@ func (p *clientPump) copyQuery(pl *plan.Plan) (done bool, err error) {
 	p.out = pgmsg.FinishQuery(p.out, start)
 	p.push(owed{kind: owedQuery, stmts: pl.Statements, copyCols: s.opts.Extra})
 	p.unnamed, p.stmtLive, p.unnamedPortal, p.portalLive = nil, false, nil, false
+	p.copyEffects(pl)
 	p.startCopy(s)
+	_, err = p.sw.Write(p.out)
+	return true, err
+}
+
+// copyEffects applies the effects of a completed COPY: those of its plan
+// but the shim's, which issues nothing for it.
+func (p *clientPump) copyEffects(pl *plan.Plan) {
+	if pl.Touches&^plan.TouchShim == 0 {
+		return
+	}
+	q := *pl
+	q.Touches &^= plan.TouchShim
+	p.effects(&q)
+}
+
+// parseCopy sends the Parse of an unnamed COPY statement whose rows the
+// session completes when a portal of it runs (execute), when it may: done
+// reports that the Parse was handled. Named statements stay with the
+// shim: one may run long after the catalog told what its table's
+// defaults are.
+func (p *clientPump) parseCopy(pl *plan.Plan, msg pgmsg.Parse) (done bool, err error) {
+	s, err := p.copySpecFor(pl)
+	if s == nil || err != nil {
+		return false, err
+	}
+	rec := &stmtRec{pl: pl, base: msg.NumTypes(), copy: s}
+	p.unnamed, p.stmtLive = rec, true
+	var start int
+	p.out, start = pgmsg.BeginParse(p.out[:0], "")
+	p.out = append(p.out, s.text...)
+	p.out = pgmsg.EndParseText(p.out, msg.NumTypes())
+	p.out = append(p.out, msg.Types()...)
+	p.out = pgmsg.Finish(p.out, start)
+	p.cr.consume()
+	p.push(owed{kind: owedParse, confirm: &rec.parsed})
 	_, err = p.sw.Write(p.out)
 	return true, err
 }

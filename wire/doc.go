@@ -181,7 +181,8 @@
 //
 // # COPY FROM STDIN (copyin.go, pgcopy)
 //
-// A simple-protocol Query that is one COPY table (columns) FROM STDIN,
+// A simple-protocol Query that is one COPY table (columns) FROM STDIN (or
+// the Parse of such an unnamed statement, completed when its portal runs),
 // whose list omits bigint columns with a snowflake default, is sent with
 // those columns appended to the list when the checks of an INSERT default
 // pass (the same catalog cache, sequence privileges, node, transaction
@@ -196,8 +197,9 @@
 // COPY the rest of the data
 // passes unchanged; when the generator fails mid-COPY the proxy sends the
 // server a CopyFail (57014 for the client) and the session goes on.
-// Afterwards currval is the last row's ID, as after the shim's calls. The
-// extended protocol, and any COPY the checks refuse, keep the shim.
+// Afterwards currval is the last row's ID, as after the shim's calls. A
+// named prepared COPY (it may run long after the catalog was read), and
+// any COPY the checks refuse, keep the shim.
 //
 // # Simple-protocol INSERTs (simpleprep.go)
 //

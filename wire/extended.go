@@ -21,6 +21,9 @@ type stmtRec struct {
 	// in the server's shim (targets unknown when the template was
 	// chosen), and why.
 	shimDefaults Fallback
+	// copy: the statement is a COPY FROM STDIN sent with columns added,
+	// whose rows the pump completes when it runs (copyin.go).
+	copy *copySpec
 	// parsed: the server confirmed the Parse of this record with
 	// ParseComplete. Shared state, touched only under shared.mu: the
 	// server pump sets it through the Parse's owed entry.
@@ -55,6 +58,11 @@ func (p *clientPump) parse() error {
 	}
 	name, query := msg.Name, msg.Query
 	pl := p.plan(query)
+	if pl.Copy != nil && len(name) == 0 {
+		if done, err := p.parseCopy(pl, msg); done || err != nil {
+			return p.handOver(query, pl, err)
+		}
+	}
 	var rec *stmtRec
 	if pl != plan.Passthrough {
 		// A hidden query may run now while the session is still at a safe
@@ -264,7 +272,11 @@ func (p *clientPump) execute() error {
 	}
 	o := owed{kind: owedExecute}
 	if msg, ok := pgmsg.ReadExecute(body); ok {
-		if rec := p.portal(msg.Portal); rec != nil {
+		if rec := p.portal(msg.Portal); rec != nil && rec.copy != nil {
+			o.stmts, o.copyCols = rec.pl.Statements, rec.copy.opts.Extra
+			p.copyEffects(rec.pl)
+			p.startCopy(rec.copy)
+		} else if rec != nil {
 			o.stmts = rec.pl.Statements
 			p.effects(rec.pl)
 			if rec.shimDefaults != 0 {
