@@ -30,10 +30,12 @@ type nodeOutput struct {
 }
 
 // TestNodePostgres runs node/insert.js (node-postgres) through the proxy.
-// It installs the locked dependencies with npm ci when node_modules is
-// missing. Without node and npm it fails: CI must install them.
-func TestNodePostgres(t *testing.T) {
-	nodeBin := pgtest.Tool(t, "node")
+// nodeSetup returns the node binary and the directory of the node
+// scripts, with their locked dependencies installed (npm ci when one is
+// missing). Without node and npm it fails: CI must install them.
+func nodeSetup(t *testing.T) (nodeBin, dir string) {
+	t.Helper()
+	nodeBin = pgtest.Tool(t, "node")
 	npm := pgtest.Tool(t, "npm")
 	dir, err := filepath.Abs("node")
 	if err != nil {
@@ -52,7 +54,11 @@ func TestNodePostgres(t *testing.T) {
 			t.Fatalf("npm %s in %s: %v\n%s", args[0], dir, err, out)
 		}
 	}
+	return nodeBin, dir
+}
 
+func TestNodePostgres(t *testing.T) {
+	nodeBin, dir := nodeSetup(t)
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
