@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
@@ -29,7 +33,6 @@ type nodeOutput struct {
 	} `json:"readBack"`
 }
 
-// TestNodePostgres runs node/insert.js (node-postgres) through the proxy.
 // nodeSetup returns the node binary and the directory of the node
 // scripts, with their locked dependencies installed (npm ci when one is
 // missing). Without node and npm it fails: CI must install them.
@@ -41,7 +44,9 @@ func nodeSetup(t *testing.T) (nodeBin, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "pg")); err != nil {
+	_, errPg := os.Stat(filepath.Join(dir, "node_modules", "pg"))
+	_, errCopy := os.Stat(filepath.Join(dir, "node_modules", "pg-copy-streams"))
+	if errPg != nil || errCopy != nil {
 		args := []string{"ci", "--no-audit", "--no-fund"}
 		if _, err := os.Stat(filepath.Join(dir, "package-lock.json")); err != nil {
 			args[0] = "install"
@@ -57,6 +62,7 @@ func nodeSetup(t *testing.T) (nodeBin, dir string) {
 	return nodeBin, dir
 }
 
+// TestNodePostgres runs node/insert.js (node-postgres) through the proxy.
 func TestNodePostgres(t *testing.T) {
 	nodeBin, dir := nodeSetup(t)
 	e := newEnv(t)
@@ -108,6 +114,98 @@ func TestNodePostgres(t *testing.T) {
 	for i, r := range out.ReadBack {
 		if r.ID != strconv.FormatInt(all[i], 10) || r.Name != names[i] || r.Node != node {
 			t.Errorf("row %d (by id): %+v, want id %d name %s node %d", i, r, all[i], names[i], node)
+		}
+	}
+}
+
+// TestNodePgCopyStreams runs node/copy.js: COPY ... FROM STDIN through the
+// proxy with pg-copy-streams, text and csv, in chunks of 7 bytes. Every
+// row gets an id from the proxy (a count below 3072: while the proxy
+// holds a lease the shim issues 3072 and above), increasing in row order,
+// and the values the client sent.
+func TestNodePgCopyStreams(t *testing.T) {
+	nodeBin, dir := nodeSetup(t)
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "CREATE TABLE copy_items (n serial, id bigint PRIMARY KEY DEFAULT snowflake.nextval(), v text, w int)"); err != nil {
+		t.Fatal(err)
+	}
+	waitCopyFastPath(t, ctx, c)
+
+	cmd := exec.CommandContext(ctx, nodeBin, "copy.js")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PGURL="+e.url)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node copy.js: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	var out struct {
+		Text, CSV int
+		Rows      []struct {
+			ID string `json:"id"`
+			V  string `json:"v"`
+			W  int    `json:"w"`
+		}
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("node copy.js printed no JSON: %v\n%s", err, stdout.String())
+	}
+	const rows = 2000
+	if out.Text != rows || out.CSV != rows || len(out.Rows) != 2*rows {
+		t.Fatalf("COPY counts %d and %d, %d rows read back; want %d, %d, %d", out.Text, out.CSV, len(out.Rows), rows, rows, 2*rows)
+	}
+	ids := make([]int64, len(out.Rows))
+	for i, r := range out.Rows {
+		want := fmt.Sprintf("text %d", i)
+		if i >= rows {
+			want = fmt.Sprintf("csv, %d\n(two lines)", i-rows)
+		}
+		if r.V != want || r.W != i%rows {
+			t.Fatalf("row %d: %q, %d; want %q, %d", i, r.V, r.W, want, i%rows)
+		}
+		if ids[i], err = strconv.ParseInt(r.ID, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+		if count := ids[i] & 4095; count >= 3072 {
+			t.Fatalf("row %d: id %d has count %d, not one of the proxy's", i, ids[i], count)
+		}
+	}
+	e.checkIDs(t, "pg-copy-streams rows in row order", ids)
+}
+
+// waitCopyFastPath waits until a COPY into copy_items runs no shim call:
+// the proxy fills defaults once its watch of the catalog is armed.
+func waitCopyFastPath(t *testing.T, ctx context.Context, c *pgx.Conn) {
+	t.Helper()
+	const calls = "SELECT coalesce(pg_catalog.pg_stat_get_xact_function_calls('snowflake.nextval(regclass)'::pg_catalog.regprocedure), 0)"
+	for {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("probe\t0\n"), "COPY copy_items (v, w) FROM STDIN"); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		err = tx.QueryRow(ctx, calls).Scan(&n)
+		_ = tx.Rollback(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("COPY into copy_items still runs the shim: the proxy does not fill its defaults")
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
