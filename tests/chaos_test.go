@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,13 +36,15 @@ func (c *steppedClock) NowMs() int64 { return generator.SystemClock{}.NowMs() + 
 // whose fast-path clock steps forward and back, a proxy binary for node 6
 // killed with SIGKILL and started again, direct sessions for both nodes,
 // the server itself restarted; clients use SELECT nextval, per-row calls,
-// INSERT ... VALUES and INSERT ... SELECT defaults, and COPY, on a sequence
-// narrower than a snowflake (AS integer). No ID may repeat: none returned
-// twice, no unique violation on the table's key, and every row's id
-// distinct from every returned one; and on each connection every ID is
-// larger than the one before, whichever path issued each (regression:
-// after a kill -9 of a proxy, per-row shim IDs came out one millisecond
-// below fast-path IDs that preceded them on the same connection).
+// INSERT ... VALUES and INSERT ... SELECT defaults, and COPY in the
+// binary, text and csv formats (through a proxy, its rows get the proxy's
+// ids, wire/copyin.go; directly, the shim's), on a sequence narrower than a
+// snowflake (AS integer). No ID may repeat: none returned twice, no unique
+// violation on the table's key, and every row's id distinct from every
+// returned one; and on each connection every ID is larger than the one
+// before, whichever path issued each (regression: after a kill -9 of a
+// proxy, per-row shim IDs came out one millisecond below fast-path IDs
+// that preceded them on the same connection).
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.Start(t, pgserver.Options{}) // its own: it is restarted
@@ -315,7 +318,7 @@ func (c *chaosClient) step(conn *pgx.Conn, i int) (int, error) {
 		}
 		return len(ids), err
 	}
-	switch i % 5 {
+	switch i % 7 {
 	case 0:
 		return collect(&c.selected, "SELECT snowflake.nextval('cs')")
 	case 1:
@@ -324,13 +327,22 @@ func (c *chaosClient) step(conn *pgx.Conn, i int) (int, error) {
 		return collect(&c.inserted, "INSERT INTO ct (src) VALUES ($1), ($1) RETURNING id", src)
 	case 3:
 		return collect(&c.inserted, "INSERT INTO ct (src) SELECT $1 FROM generate_series(1, 20) RETURNING id", src)
-	default:
+	case 4:
+		// Binary COPY: the proxy appends the ids (wire/copyin.go).
 		rows := make([][]any, 50)
 		for j := range rows {
 			rows[j] = []any{src}
 		}
 		n, err := conn.CopyFrom(ctx, pgx.Identifier{"ct"}, []string{"src"}, pgx.CopyFromRows(rows))
 		return int(n), err
+	default:
+		// Text and csv COPY.
+		sql := "COPY ct (src) FROM STDIN"
+		if i%7 == 6 {
+			sql += " WITH (FORMAT csv)"
+		}
+		tag, err := conn.PgConn().CopyFrom(ctx, strings.NewReader(strings.Repeat(src+"\n", 50)), sql)
+		return int(tag.RowsAffected()), err
 	}
 }
 
