@@ -86,6 +86,10 @@ type Rewriter struct {
 	held                int
 
 	bin binState
+
+	// special marks the bytes the line reader must look at; a run of
+	// other bytes is copied as it is (text and csv).
+	special [256]bool
 }
 
 // New returns a rewriter for a stream read with o.
@@ -95,7 +99,15 @@ func New(o Options) Rewriter {
 		// if it's the same as quotec".
 		o.Escape = 0
 	}
-	return Rewriter{o: o, fields: 1, header: o.Header}
+	r := Rewriter{o: o, fields: 1, header: o.Header}
+	for _, c := range []byte{'\n', '\r', '\\', o.Delim} {
+		r.special[c] = true
+	}
+	if o.Format == CSV {
+		r.special[o.Quote] = true
+		r.special[o.Escape] = true
+	}
+	return r
 }
 
 // Rows is the number of rows that got IDs so far.
@@ -187,6 +199,18 @@ func (r *Rewriter) lines(dst, src []byte, ids *IDs) ([]byte, int, bool) {
 	for i := 0; i < len(src); i++ {
 		if r.ended {
 			return append(dst, src[run:]...), len(src), false
+		}
+		if !r.esc && r.held == 0 && !r.afterCR && !r.special[src[i]] {
+			// Ordinary bytes: data of the current field. (In csv they
+			// also end an escape sequence, which only an escape or a
+			// quote continues.)
+			for i < len(src) && !r.special[src[i]] {
+				i++
+			}
+			r.started, r.lastWasEsc = true, false
+			if i == len(src) {
+				break
+			}
 		}
 		c := src[i]
 		if r.afterCR {
