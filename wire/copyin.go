@@ -342,6 +342,7 @@ func (p *clientPump) copyData() error {
 			if err == errHandover {
 				return err // nothing consumed, nothing issued
 			}
+			f.consume() // its rows cannot be completed: the COPY ends
 			return p.copyFail(err)
 		}
 		p.copyRewrite(body)
