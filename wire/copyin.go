@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,8 +26,13 @@ import (
 // INSERT on the column, the fence; when one says no, the COPY goes to the
 // server as written and the shim fills the defaults.
 //
-// IDs are issued in batches before the rows that need them are rewritten:
-// each CopyData body (or, in a pump, each part of one read) first gets
+// IDs are issued in batches before the rows that need them are rewritten.
+// The first batch is issued with the checks, before the statement is
+// sent: a generator that refuses then (a lease that cannot be had, the
+// node claim lost) leaves the COPY to the shim, as an INSERT's default;
+// once the statement names the columns, a refusal can only end the COPY
+// (copyFail). Then each CopyData body (or, in a pump, each part of one
+// read) first gets
 // enough IDs in the queue for every row that can end in it, so that the
 // rewrite itself never waits. On a loop thread a batch that would wait
 // hands the session over before anything changed. IDs left in the queue
@@ -63,6 +69,11 @@ type copySpec struct {
 	row  []generator.Request // one per added column: sequence, INCREMENT
 	view copyView
 	node int
+	// first are IDs issued when the statement was checked, for its first
+	// rows: a generator that refuses then leaves the COPY to the shim
+	// (once the statement names the columns, a refusal must end it).
+	// Taken by the first execution only.
+	first []int64
 }
 
 // copySpecFor returns how to complete the COPY of pl, or nil when it is
@@ -135,7 +146,26 @@ func (p *clientPump) copySpecFor(pl *plan.Plan) (*copySpec, error) {
 	if c.Format == plan.CopyBinary {
 		view.delim = 0
 	}
-	return &copySpec{text: c.Text(quoted), opts: o, row: row, view: view, node: m.node}, nil
+	reqs := make([]generator.Request, 0, minCopyBatch*len(row))
+	for len(reqs) < cap(reqs) {
+		reqs = append(reqs, row...)
+	}
+	if _, err := p.nextvals(reqs, m.node); err != nil {
+		if err == errHandover {
+			return nil, err // nothing was issued
+		}
+		p.log.Debug("fast path refused a COPY", logError, err)
+		p.srv.countFallback(p.fallbackOf(err))
+		return nil, nil
+	}
+	first := make([]int64, len(reqs))
+	for i := range reqs {
+		first[i] = reqs[i].ID
+	}
+	p.srv.stats.fast.Add(uint64(len(reqs)))
+	v := &view
+	v.lo, v.hi = slices.Min(first), slices.Max(first)
+	return &copySpec{text: c.Text(quoted), opts: o, row: row, view: view, node: m.node, first: first}, nil
 }
 
 // startCopy makes s the COPY whose rows the pump completes, from its
@@ -144,9 +174,15 @@ func (p *clientPump) startCopy(s *copySpec) {
 	p.cin = copyIn{active: true, rw: pgcopy.New(s.opts), extra: s.opts.Extra, ids: p.cin.ids,
 		row: s.row, reqs: p.cin.reqs, node: s.node}
 	p.cin.ids.Reset()
+	p.cin.ids.Buf = append(p.cin.ids.Buf, s.first...)
+	view := s.view
+	if s.first == nil {
+		view.lo, view.hi = 0, 0
+	}
+	s.first = nil // an unnamed statement may be bound and run again
 	p.sh.copyRefused.Store(false)
 	p.sh.mu.Lock()
-	p.sh.copyView = s.view
+	p.sh.copyView = view
 	p.sh.mu.Unlock()
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -33,6 +34,7 @@ func (r *hookedReader) Read(p []byte) (int, error) {
 // gets its IDs from the generator; when the generator fails in the middle
 // of one, the proxy ends it with a CopyFail: the client gets the server's
 // 57014 with the reason, no row of it is stored, and the session goes on.
+// When it refuses before the COPY is sent, the shim fills the defaults.
 func TestCopyGeneratorFailsMidCopy(t *testing.T) {
 	srv := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t, srv)
@@ -64,11 +66,24 @@ func TestCopyGeneratorFailsMidCopy(t *testing.T) {
 	}
 
 	// The first message's rows get IDs; before the second, whose rows need
-	// more than the first batch left, the generator fails. The second is
-	// one the read buffer holds whole, or one relayed in parts.
+	// more than the first batches left, the generator fails. The second is
+	// one the read buffer holds whole, or one relayed in parts. (The
+	// client sends the data without waiting for the server: the failure
+	// waits until the proxy has issued the first message's IDs, or the
+	// proxy would leave the whole COPY to the shim.)
 	for _, rows := range []int{2000, 50000} {
+		base := sf.calls.Load()
 		r := &hookedReader{chunks: []string{strings.Repeat("x\n", 1000), strings.Repeat("y\n", rows)},
-			before: func(i int) { sf.fail.Store(i == 1) }}
+			before: func(i int) {
+				if i != 1 {
+					return
+				}
+				deadline := time.Now().Add(time.Minute)
+				for sf.calls.Load() < base+1001 && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				sf.fail.Store(true)
+			}}
 		_, err = c.CopyFrom(ctx, r, sql)
 		sf.fail.Store(false)
 		var pe *pgconn.PgError
@@ -83,5 +98,16 @@ func TestCopyGeneratorFailsMidCopy(t *testing.T) {
 	tag, err = c.CopyFrom(ctx, strings.NewReader("c\n"), sql)
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("COPY after the failed one: %v (%q)", err, tag)
+	}
+
+	sf.fail.Store(true)
+	tag, err = c.CopyFrom(ctx, strings.NewReader("shim\n"), sql)
+	sf.fail.Store(false)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("COPY with a generator that refuses from the start: %v (%q)", err, tag)
+	}
+	res, err = c.Exec(ctx, "SELECT id FROM ct WHERE v = 'shim'").ReadAll()
+	if err != nil || len(res[0].Rows) != 1 || string(res[0].Rows[0][0])[0] != '-' {
+		t.Fatalf("the row of a COPY the generator refused: %v %v, want the shim's id (negative)", err, res)
 	}
 }
