@@ -43,8 +43,9 @@
 //     fallback.go: why IDs went to the shim instead (Stats.Fallbacks);
 //     outcome.go: how sessions end, logged and counted (Stats.Ended);
 //     copyin.go: COPY ... FROM STDIN whose rows get the proxy's IDs, the
-//     rows themselves rewritten by package pgcopy; copyerr.go: its errors
-//     as the client's own data would have made them.
+//     rows themselves rewritten by package pgcopy; copyopts.go: how its
+//     rows are read; copyerr.go: its errors as the client's own data
+//     would have made them.
 //
 // # Session lifecycle
 //
@@ -179,7 +180,7 @@
 // with epoch 0 defaults stay with the server. A named prepared INSERT whose
 // defaults changed is prepared again, transparently, at its next Bind.
 //
-// # COPY FROM STDIN (copyin.go, pgcopy)
+// # COPY FROM STDIN (copyin.go, copyopts.go, copyerr.go, pgcopy)
 //
 // A simple-protocol Query that is one COPY table (columns) FROM STDIN (or
 // the Parse of such an unnamed statement, completed when its portal runs),
