@@ -29,6 +29,17 @@ var toolPackages = map[string]string{
 	"node":      "nodejs",
 	"npm":       "npm",
 	"perf":      "linux-perf",
+	"java":      "default-jre-headless",
+	// Libraries, found by a file of theirs (toolFiles).
+	"pgjdbc":  "libpostgresql-jdbc-java",
+	"psycopg": "python3-psycopg",
+}
+
+// toolFiles are the tools that are not programs: the file Tool returns for
+// each. psycopg is Debian's python3's module: Tool returns that python3.
+var toolFiles = map[string]struct{ check, path string }{
+	"pgjdbc":  {"/usr/share/java/postgresql.jar", "/usr/share/java/postgresql.jar"},
+	"psycopg": {"/usr/lib/python3/dist-packages/psycopg/__init__.py", "/usr/bin/python3"},
 }
 
 // Tool returns the path of a program the tests need (a key of
@@ -62,6 +73,12 @@ var (
 // findTool looks in PATH, then where Debian keeps PostgreSQL's programs
 // and PgBouncer.
 func findTool(name string) string {
+	if f, ok := toolFiles[name]; ok {
+		if _, err := os.Stat(f.check); err != nil {
+			return ""
+		}
+		return f.path
+	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}

@@ -34,7 +34,11 @@ func TestTools(t *testing.T) {
 		if pkg == "" {
 			t.Errorf("%s: no package named", name)
 		}
-		if p := Tool(t, name); !strings.HasSuffix(p, "/"+name) {
+		want := "/" + name
+		if f, ok := toolFiles[name]; ok {
+			want = f.path
+		}
+		if p := Tool(t, name); !strings.HasSuffix(p, want) {
 			t.Errorf("Tool(%s) = %q", name, p)
 		}
 	}
