@@ -62,20 +62,28 @@ func nodeSetup(t *testing.T) (nodeBin, dir string) {
 	return nodeBin, dir
 }
 
+// runNode runs the node script in dir with PGURL=url and returns what it
+// printed; it fails the test with both outputs when the script fails.
+func runNode(ctx context.Context, t *testing.T, nodeBin, dir, script, url string) *bytes.Buffer {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, nodeBin, script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PGURL="+url)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node %s: %v\nstdout: %s\nstderr: %s", script, err, stdout.String(), stderr.String())
+	}
+	return &stdout
+}
+
 // TestNodePostgres runs node/insert.js (node-postgres) through the proxy.
 func TestNodePostgres(t *testing.T) {
 	nodeBin, dir := nodeSetup(t)
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, nodeBin, "insert.js")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PGURL="+e.url)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node insert.js: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
-	}
+	stdout := runNode(ctx, t, nodeBin, dir, "insert.js", e.url)
 	var out nodeOutput
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("node insert.js printed no JSON: %v\n%s", err, stdout.String())
@@ -138,14 +146,7 @@ func TestNodePgCopyStreams(t *testing.T) {
 	}
 	waitCopyFastPath(t, ctx, c)
 
-	cmd := exec.CommandContext(ctx, nodeBin, "copy.js")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PGURL="+e.url)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node copy.js: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
-	}
+	stdout := runNode(ctx, t, nodeBin, dir, "copy.js", e.url)
 	var out struct {
 		Text, CSV int
 		Rows      []struct {
