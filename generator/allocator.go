@@ -55,7 +55,9 @@ type allocator struct {
 	// covered is the highest position the store is known to hold as
 	// issued (the sequence's last_value in compat): a report, a floor or a
 	// jump. coverWant is the highest one a caller waits to see covered
-	// before it issues a position dated after the clock (see uncovered).
+	// before it issues a position dated after the clock (see uncovered);
+	// it lies in the lease, so the next renewal reports it. Both only
+	// grow (raiseTo) but for a fenced lease's reset of covered.
 	covered   atomic.Int64
 	coverWant atomic.Int64
 }
@@ -78,23 +80,11 @@ func (a *allocator) uncovered(p, now int64) bool {
 	return ms > now && ms > a.covered.Load()>>CountBits
 }
 
-// askCover asks the next renewal to report position p as issued (it is
-// within the lease ending at hi).
-func (a *allocator) askCover(p, hi int64) {
-	want := min(p, hi)
+// raiseTo raises v to x unless it holds as much already.
+func raiseTo(v *atomic.Int64, x int64) {
 	for {
-		cur := a.coverWant.Load()
-		if cur >= want || a.coverWant.CompareAndSwap(cur, want) {
-			return
-		}
-	}
-}
-
-// raiseCovered records that the store holds position p as issued.
-func (a *allocator) raiseCovered(p int64) {
-	for {
-		cur := a.covered.Load()
-		if cur >= p || a.covered.CompareAndSwap(cur, p) {
+		cur := v.Load()
+		if cur >= x || v.CompareAndSwap(cur, x) {
 			return
 		}
 	}
@@ -157,7 +147,7 @@ func (a *allocator) next(ctx context.Context, inc int64) (int64, error) {
 		last := a.last.Load()
 		p := NextFast(last, now, inc)
 		if p <= hi && a.uncovered(p, now) {
-			a.askCover(p, hi)
+			raiseTo(&a.coverWant, p)
 			if err := a.await(ctx, 0); err != nil {
 				return 0, err
 			}
@@ -206,7 +196,7 @@ func (a *allocator) tryNext(inc int64) (int64, bool, error) {
 				return 0, false, err
 			}
 			if p <= hi {
-				a.askCover(p, hi)
+				raiseTo(&a.coverWant, p)
 			}
 			_, err := a.start(p)
 			return 0, false, err
@@ -376,7 +366,7 @@ func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 		// A setval or ALTER SEQUENCE may have lowered what the store holds.
 		a.covered.Store(0)
 	}
-	a.raiseCovered(max(issued, l.Floor))
+	raiseTo(&a.covered, max(issued, l.Floor))
 	var jump int64
 	if l.Lo != prevHi {
 		// Someone else issued (or reserved) positions since our last lease:
@@ -406,7 +396,7 @@ func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 		}
 		// The store raised the sequence to a jump above Lo (compat's
 		// _lease: to H when another run moved it), as it holds Floor.
-		a.raiseCovered(jump)
+		raiseTo(&a.covered, jump)
 	}
 	a.hi.Store(l.Hi)
 	return nil

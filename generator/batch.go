@@ -157,7 +157,7 @@ func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from in
 		last := a.last.Load()
 		p := a.positions(now, last, reqs, from)
 		if p <= hi && a.uncovered(p, now) {
-			a.askCover(p, hi)
+			raiseTo(&a.coverWant, p)
 			if err := a.await(ctx, 0); err != nil {
 				return err
 			}
@@ -194,7 +194,7 @@ func (a *allocator) tryTake(now int64, reqs []Request, from int) (bool, error) {
 			return false, a.startFor(p)
 		}
 		if a.uncovered(p, now) {
-			a.askCover(p, hi)
+			raiseTo(&a.coverWant, p)
 			return false, a.startFor(p)
 		}
 		if !a.last.CompareAndSwap(last, p) {
@@ -220,7 +220,7 @@ func (a *allocator) ready(now int64, reqs []Request, from int) (bool, error) {
 		return false, a.startFor(p)
 	}
 	if a.uncovered(p, now) {
-		a.askCover(p, hi)
+		raiseTo(&a.coverWant, p)
 		return false, a.startFor(p)
 	}
 	return true, nil

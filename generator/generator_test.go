@@ -455,7 +455,8 @@ func TestSystemClock(t *testing.T) {
 
 // A fence (a setval or ALTER SEQUENCE, which may lower what the store
 // holds) makes the generator report a position dated after the clock
-// again, even one it reported before the fence.
+// again, even in a millisecond it reported before the fence (regression:
+// it took the earlier report as still holding).
 func TestAheadOfClockReportedAgainAfterFence(t *testing.T) {
 	s := NewMemStore()
 	s.SetHighWater(testKey, Position(105, 0))
@@ -481,4 +482,39 @@ func TestAheadOfClockReportedAgainAfterFence(t *testing.T) {
 		t.Fatalf("after the fence: %d leases, store holds %s; want the fenced lease and one report of 106:1",
 			s.Leases()-before, posString(s.Issued(testKey)))
 	}
+}
+
+// A report a caller waits for is sent even when an earlier one reached as
+// far: a batch refused on an event loop (TryNextBatch) had its top reported
+// and then was not issued; after a fence reset what the store is known to
+// hold, a single ID below that top waited for a renewal that skipped the
+// report as nothing new, again and again (regression: the renewals never
+// ended).
+func TestCoverReportedAfterAnUnusedOne(t *testing.T) {
+	s := NewMemStore()
+	s.SetHighWater(testKey, Position(105, 0))
+	leases := 0
+	s.BeforeLease = func(context.Context, Key, int64, int64) error {
+		if leases++; leases > 20 {
+			return errors.New("20 leases: the renewals do not end")
+		}
+		return nil
+	}
+	g, _ := newTestGen(t, s) // the clock reads 100
+	wantPos(t, mustNext(t, g, testKey), 105, 1)
+	// A batch whose top is in 106: refused (its report is started), and
+	// never retried.
+	if ok, err := g.TryNextBatch(testKey.Database, testKey.Node, batch(testKey.Seq, 1, FastPathCounts)); ok || err != nil {
+		t.Fatalf("TryNextBatch ahead of the store: %v, %v; want a refusal", ok, err)
+	}
+	settle(g)
+	if s.Issued(testKey) != Position(106, 1) {
+		t.Fatalf("store holds %s, want the refused batch's top 106:1", posString(s.Issued(testKey)))
+	}
+	g.Fence(testKey.Database, 0)
+	id, err := g.Next(context.Background(), testKey, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPos(t, id, 105, 2)
 }
