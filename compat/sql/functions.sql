@@ -115,7 +115,7 @@ AS $fn$
 DECLARE
     memo text := 'snowflake._narrow_' || p_seq::oid::text;
 BEGIN
-    IF current_setting(memo, true) IS NOT NULL AND current_setting(memo, true) <> ''
+    IF coalesce(current_setting(memo, true), '') <> ''
        OR current_setting('transaction_isolation') = 'serializable' THEN
         RETURN;
     END IF;
@@ -282,10 +282,11 @@ BEGIN
             top := (((top >> 22) & 2199023255551) << 12) | (top & 4095);
         END IF;
 
-        -- S, or what the narrow store holds above it (_narrow_put). A
-        -- negative last_value (a descending sequence's start) is no
-        -- snowflake: the extension would read its bits as millisecond
-        -- 2^41-1 and issue IDs dated 2092.
+        -- S, or what the narrow store holds above it (_narrow_put): _s_pos,
+        -- written out so that S is read once per call. A negative
+        -- last_value (a descending sequence's start) is no snowflake: the
+        -- extension would read its bits as millisecond 2^41-1 and issue
+        -- IDs dated 2092.
         last := greatest(coalesce(pg_sequence_last_value(seq), 0), 0);
         last := greatest((((last >> 22) & 2199023255551) << 12) | (last & 4095),
                          coalesce(pg_sequence_last_value('snowflake._hw_narrow'::regclass), 0));
