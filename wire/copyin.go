@@ -161,8 +161,7 @@ func (p *clientPump) copySpecFor(pl *plan.Plan) (*copySpec, error) {
 		first[i] = reqs[i].ID
 	}
 	p.srv.stats.fast.Add(uint64(len(reqs)))
-	v := &view
-	v.lo, v.hi = slices.Min(first), slices.Max(first)
+	view.lo, view.hi = slices.Min(first), slices.Max(first)
 	return &copySpec{text: c.Text(quoted), opts: o, row: row, view: view, node: m.node, first: first}, nil
 }
 
@@ -371,11 +370,9 @@ func (p *clientPump) copyIDs(data []byte) error {
 		return err
 	}
 	c.ids.Compact()
-	for i := range reqs {
-		c.ids.Buf = append(c.ids.Buf, reqs[i].ID)
-	}
 	lo, hi := reqs[0].ID, reqs[0].ID
 	for i := range reqs {
+		c.ids.Buf = append(c.ids.Buf, reqs[i].ID)
 		lo, hi = min(lo, reqs[i].ID), max(hi, reqs[i].ID)
 	}
 	p.sh.mu.Lock()
