@@ -23,12 +23,12 @@ func copyClientRows(client string, n int) string {
 	return b.String()
 }
 
-// loadStraight loads data (COPY text) into p's server table through the
-// shim on a direct connection.
-func loadStraight(t *testing.T, e *testEnv, p copyPair, data string) {
+// loadStraight loads data (columns v and w, in the format options say)
+// into p's server table through the shim on a direct connection.
+func loadStraight(t *testing.T, e *testEnv, p copyPair, data, options string) {
 	t.Helper()
 	if _, err := e.connectShim(t).PgConn().CopyFrom(copyCtx(t), strings.NewReader(data),
-		fmt.Sprintf("COPY %s (v, w) FROM STDIN", p.serverTable())); err != nil {
+		fmt.Sprintf("COPY %s (v, w) FROM STDIN%s", p.serverTable(), options)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -69,7 +69,7 @@ with psycopg.connect(dsn) as conn:
 			p.create(t, e)
 			dsn := fmt.Sprintf("host=%s port=%s user=postgres dbname=%s sslmode=disable", host, port, e.db)
 			runClient(t, "psycopg", exec.Command(python, "-c", script, dsn, p.proxyTable(), format, "3000"))
-			loadStraight(t, e, p, copyClientRows("psycopg", 3000))
+			loadStraight(t, e, p, copyClientRows("psycopg", 3000), "")
 			p.check(t, e, conn, 3000)
 		})
 	}
@@ -122,7 +122,7 @@ public class CopyIn {
 			p.create(t, e)
 			url := fmt.Sprintf("jdbc:postgresql://%s:%s/%s?user=postgres&sslmode=disable", host, port, e.db)
 			runClient(t, "pgjdbc", exec.Command(java, "-cp", jar, src, url, p.proxyTable(), format, "3000"))
-			loadStraight(t, e, p, copyClientRows("pgjdbc", 3000))
+			loadStraight(t, e, p, copyClientRows("pgjdbc", 3000), "")
 			p.check(t, e, conn, 3000)
 		})
 	}

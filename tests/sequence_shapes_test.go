@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -127,7 +126,6 @@ func TestSequenceShapes(t *testing.T) {
 				}
 				fast := fmt.Sprintf("SELECT snowflake.nextval(%[1]s) UNION ALL SELECT snowflake.nextval(%[1]s) UNION ALL SELECT snowflake.nextval(%[1]s)", lit)
 				var lastShim int64
-				copied := 0
 				for _, step := range order.steps {
 					switch step {
 					case "fast":
@@ -137,11 +135,10 @@ func TestSequenceShapes(t *testing.T) {
 					case "INSERT ... SELECT":
 						take(step, mustInt64s(t, conn, fmt.Sprintf("INSERT INTO %s (v) SELECT g FROM generate_series(1, 3) g RETURNING id", table)), false)
 					case "COPY":
-						n, err := conn.CopyFrom(ctxT(t), pgx.Identifier{table}, []string{"v"}, pgx.CopyFromRows([][]any{{10}, {11}, {12}}))
+						n, err := conn.CopyFrom(copyCtx(t), pgx.Identifier{table}, []string{"v"}, pgx.CopyFromRows([][]any{{10}, {11}, {12}}))
 						if err != nil || n != 3 {
 							t.Fatalf("COPY: %d rows, %v", n, err)
 						}
-						copied++
 						take(step, mustInt64s(t, conn, fmt.Sprintf("SELECT id FROM %s WHERE v >= 10 ORDER BY v", table)), false)
 					case "direct":
 						take(step, mustInt64s(t, direct, fmt.Sprintf("SELECT snowflake.nextval(%s) FROM generate_series(1, 2)", lit)), false)
@@ -168,7 +165,7 @@ func TestSequenceShapes(t *testing.T) {
 		// last_value holds what the shim issued (the fast path's IDs reach
 		// it with the next lease: it trails them by up to one).
 		var lastValue, maxValue int64
-		if err := direct.QueryRow(ctxT(t), fmt.Sprintf("SELECT s.last_value, p.seqmax FROM %s s, pg_sequence p WHERE p.seqrelid = %s::regclass", r.seq, lit)).Scan(&lastValue, &maxValue); err != nil {
+		if err := direct.QueryRow(copyCtx(t), fmt.Sprintf("SELECT s.last_value, p.seqmax FROM %s s, pg_sequence p WHERE p.seqrelid = %s::regclass", r.seq, lit)).Scan(&lastValue, &maxValue); err != nil {
 			t.Fatal(err)
 		}
 		// Positions: the narrow store keeps no node bits.
@@ -221,12 +218,6 @@ func checkShapeIDs(t *testing.T, what string, ids []int64, node int, inc int64, 
 
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func describeIDs(ids []int64) []string {
 	out := make([]string, len(ids))
