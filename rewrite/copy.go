@@ -44,13 +44,7 @@ func (a *analyzer) copyStmt(c *pg_query.CopyStmt, only bool) {
 		return
 	}
 	ts := a.tokens()
-	i := a.tokenAt(int(rv.Location)) + 1
-	if rv.Schemaname != "" {
-		if !tokIs(ts, i, pg_query.Token_ASCII_46) {
-			return
-		}
-		i += 2
-	}
+	i := a.afterRelName(rv)
 	if !tokIs(ts, i, pg_query.Token_ASCII_40) {
 		return
 	}

@@ -61,14 +61,9 @@ func (a *analyzer) insert(ins *pg_query.InsertStmt) {
 		return
 	}
 	ts := a.tokens()
-	i := a.tokenAt(int(rv.Location))
-	// The name: one identifier, or schema '.' name.
-	i++
-	if rv.Schemaname != "" {
-		if !tokIs(ts, i, pg_query.Token_ASCII_46) {
-			return
-		}
-		i += 2
+	i := a.afterRelName(rv)
+	if i < 0 {
+		return
 	}
 	if rv.Alias != nil {
 		if !tokIs(ts, i, pg_query.Token_AS) {

@@ -62,6 +62,19 @@ func (a *analyzer) matchParen(open int) int {
 	return -1
 }
 
+// afterRelName returns the index of the first token after the name of rv
+// (one identifier, or schema '.' name), or -1 when the tokens are not that.
+func (a *analyzer) afterRelName(rv *pg_query.RangeVar) int {
+	i := a.tokenAt(int(rv.Location)) + 1
+	if rv.Schemaname != "" {
+		if !tokIs(a.tokens(), i, pg_query.Token_ASCII_46) {
+			return -1
+		}
+		i += 2
+	}
+	return i
+}
+
 // callParens returns the token indexes of the parentheses of the function
 // call starting at byte loc (its name), or ok false.
 func (a *analyzer) callParens(loc int) (open, close int, ok bool) {
