@@ -25,17 +25,25 @@ var shimFrames = []string{
 	" snowflake.currval(regclass) ",
 	" snowflake.set_config(text,text,boolean) ",
 	" snowflake._issue(regclass,name) ",
+	" snowflake._nextval_slow(regclass) ",
 	" snowflake._currval_check(regclass,bigint) ",
 	" snowflake._currval(regclass,bigint) ",
 	" _currval(regclass,bigint) ",
 }
 
+// sqlNextvalFrame is the frame of snowflake.nextval, a SQL function, where
+// the planner did not inline it (a call in FROM).
+const sqlNextvalFrame = `SQL function "nextval" statement 1`
+
 // doFrame names the frame of a DO block in a CONTEXT line.
 const doFrame = " inline_code_block "
 
-// isShimFrame tells whether a CONTEXT line is a PL/pgSQL frame of one of
-// the shim's stand-ins.
+// isShimFrame tells whether a CONTEXT line is a frame of one of the shim's
+// stand-ins.
 func isShimFrame(line string) bool {
+	if line == sqlNextvalFrame {
+		return true
+	}
 	if !strings.Contains(line, "PL/pgSQL") {
 		return false
 	}

@@ -36,7 +36,8 @@ BEGIN
         SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.oid
         FROM pg_catalog.pg_class c
         WHERE c.relnamespace = 'snowflake'::pg_catalog.regnamespace AND c.relkind = 'S'
-          AND (c.relname IN ('id_seq', '_lock_window_open') OR c.relname LIKE '\_hw\_%')
+          AND (c.relname IN ('id_seq', '_lock_window_open') OR c.relname LIKE '\_hw\_%'
+               OR c.relname LIKE '\_blk\_%' OR c.relname LIKE '\_blkd\_%')
         UNION ALL
         -- The lock's tables (locks.sql), the proxies' node claim table
         -- (compat/claimdb.go) and the constraints that depend on them.
@@ -110,7 +111,8 @@ BEGIN
             END LOOP;
             FOR r IN SELECT c.relname FROM pg_catalog.pg_class c
                      WHERE c.relnamespace = 'snowflake'::pg_catalog.regnamespace AND c.relkind = 'S'
-                       AND (c.relname IN ('id_seq', '_lock_window_open') OR c.relname LIKE '\_hw\_%') LOOP
+                       AND (c.relname IN ('id_seq', '_lock_window_open') OR c.relname LIKE '\_hw\_%'
+               OR c.relname LIKE '\_blk\_%' OR c.relname LIKE '\_blkd\_%') LOOP
                 EXECUTE pg_catalog.format('DROP SEQUENCE snowflake.%I CASCADE', r.relname);
             END LOOP;
             DROP TABLE IF EXISTS snowflake._locks, snowflake._lock_window, snowflake._narrow;

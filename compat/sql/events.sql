@@ -4,7 +4,8 @@
 -- _ddl_notify tells listening proxies that the catalog changed (NOTIFY
 -- snowflake_proxy_catalog, payload: the command tag), so that they refresh
 -- their caches of snowflake column defaults, increments and privileges.
--- The shim's own H sequences, created by _lease, are not worth a message.
+-- The shim's own H and block sequences (_lease, _blocks) are not worth a
+-- message.
 CREATE OR REPLACE FUNCTION snowflake._ddl_notify() RETURNS event_trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -14,14 +15,16 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands())
        OR EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands() c
                   WHERE NOT (c.schema_name = 'snowflake' AND c.object_type = 'sequence'
-                             AND c.object_identity LIKE 'snowflake._hw\_%')) THEN
+                             AND (c.object_identity LIKE 'snowflake.\_hw\_%'
+                                  OR c.object_identity LIKE 'snowflake.\_blk\_%'
+                                  OR c.object_identity LIKE 'snowflake.\_blkd\_%'))) THEN
         PERFORM pg_notify('snowflake_proxy_catalog', tg_tag);
     END IF;
 END
 $fn$;
 
--- _ddl_drop removes the H sequences of a dropped sequence (its OID may be
--- reused later) and tells the proxies.
+-- _ddl_drop removes the H and block sequences of a dropped sequence (its
+-- OID may be reused later) and tells the proxies.
 CREATE OR REPLACE FUNCTION snowflake._ddl_drop() RETURNS event_trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -41,7 +44,8 @@ BEGIN
             BEGIN
                 FOR h IN SELECT c.relname FROM pg_class c
                          WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
-                           AND c.relname LIKE '\_hw\_' || r.objid::text || '\_%' LOOP
+                           AND (c.relname LIKE '\_hw\_' || r.objid::text || '\_%'
+                                OR c.relname IN ('_blk_' || r.objid::text, '_blkd_' || r.objid::text)) LOOP
                     EXECUTE format('DROP SEQUENCE IF EXISTS snowflake.%I', h.relname);
                 END LOOP;
             END;

@@ -188,6 +188,12 @@ DECLARE
     cnt bigint;
     v bigint;
     done bigint;
+    bk regclass;
+    bd regclass;
+    bmemo text;
+    bseen text;
+    d bigint;
+    got boolean := false;
 BEGIN
     -- Checks in the order of the extension's nextval. Plain function calls
     -- only for a sequence (no queries): this is the hot path of every shim
@@ -282,6 +288,29 @@ BEGIN
             top := (((top >> 22) & 2199023255551) << 12) | (top & 4095);
         END IF;
 
+        -- B and R, the blocks of the per-row path (docs/state-model.md,
+        -- "Blocks"), found as H is: a call must not issue one ID above a
+        -- live block that its session would later draw below.
+        bk := to_regclass('snowflake._blk_' || seq::oid::text);
+        IF bk IS NULL THEN
+            made := pg_sequence_last_value('snowflake._hw_count'::regclass);
+            bseen := 'snowflake._blk_seen_' || seq::oid::text;
+            IF made IS NOT NULL AND current_setting(bseen, true) IS DISTINCT FROM made::text THEN
+                BEGIN
+                    EXECUTE 'SELECT FROM snowflake._blk_' || seq::oid::text;
+                EXCEPTION WHEN undefined_table THEN
+                    NULL;
+                END;
+                bk := to_regclass('snowflake._blk_' || seq::oid::text);
+                IF bk IS NULL THEN
+                    bmemo := made::text;
+                END IF;
+            END IF;
+        END IF;
+        IF bk IS NOT NULL THEN
+            bd := to_regclass('snowflake._blkd_' || seq::oid::text);
+        END IF;
+
         -- S, or what the narrow store holds above it (_narrow_put): _s_pos,
         -- written out so that S is read once per call. A negative
         -- last_value (a descending sequence's start) is no snowflake: the
@@ -291,9 +320,21 @@ BEGIN
         last := greatest((((last >> 22) & 2199023255551) << 12) | (last & 4095),
                          coalesce(pg_sequence_last_value('snowflake._hw_narrow'::regclass), 0));
         now_ms := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000;
+        IF bd IS NOT NULL AND prm.increment = 1 THEN
+            -- The live block, when it is this node's, not behind the clock
+            -- and not used up: its next ID. Nothing else to write, it was
+            -- reserved when it was made.
+            d := coalesce(pg_sequence_last_value(bd), 0);
+            IF d > 0 AND ((d >> 12) & 1023) = node AND (d >> 22) >= now_ms THEN
+                v := nextval(bk);
+                got := v - d BETWEEN 0 AND 1023;
+            END IF;
+        END IF;
         ms := last >> 12;
         cnt := last & 4095;
-        IF (top >> 12) > greatest(now_ms, ms) + 5 THEN
+        IF got THEN
+            NULL;
+        ELSIF (top >> 12) > greatest(now_ms, ms) + 5 THEN
             -- A lease of this node reaches well past the clock and S: the
             -- counts 3072 .. 4095, which the generator never issues, above S
             -- and dated at the clock.
@@ -325,19 +366,46 @@ BEGIN
                 cnt := cnt + inc;
             END IF;
         END IF;
-        v := (ms << 22) | (node::bigint << 12) | cnt;
-        IF v BETWEEN prm.minimum_value AND prm.maximum_value THEN
-            done := setval(seq, v, true);
-        ELSE
-            PERFORM snowflake._narrow_put((ms << 12) | cnt);
-            narrow := true;
-        END IF;
-        IF hw IS NOT NULL AND ((ms << 12) | cnt) > top THEN
-            -- Above the leases: H records it too. S alone would not keep
-            -- it: a setval into the past or a RESTART lowers S, and the
-            -- node's next lease, starting at an unmoved H, would then
-            -- issue these positions again (regression).
-            done := setval(hw, v, true);
+        IF NOT got THEN
+            d := NULL;
+            IF bd IS NOT NULL AND prm.increment = 1 THEN
+                -- A new block [cnt, cnt + 1023], issued here as its top.
+                IF cnt > 3072 THEN
+                    ms := ms + 1;
+                    cnt := CASE WHEN (top >> 12) > greatest(now_ms, last >> 12) + 5 THEN 3072 ELSE 0 END;
+                END IF;
+                d := (ms << 22) | (node::bigint << 12) | cnt;
+                cnt := cnt + 1023;
+            END IF;
+            v := (ms << 22) | (node::bigint << 12) | cnt;
+            IF v BETWEEN prm.minimum_value AND prm.maximum_value THEN
+                done := setval(seq, v, true);
+            ELSE
+                PERFORM snowflake._narrow_put((ms << 12) | cnt);
+                narrow := true;
+            END IF;
+            IF hw IS NOT NULL AND ((ms << 12) | cnt) > top THEN
+                -- Above the leases: H records it too. S alone would not keep
+                -- it: a setval into the past or a RESTART lowers S, and the
+                -- node's next lease, starting at an unmoved H, would then
+                -- issue these positions again (regression).
+                done := setval(hw, v, true);
+            END IF;
+            IF d IS NOT NULL THEN
+                -- B before R: a call that reads this block draws after it.
+                -- B's session value is the ID returned (currval).
+                done := setval(bk, d, true);
+                done := setval(bd, d, true);
+                v := d;
+            ELSIF bk IS NOT NULL THEN
+                -- One ID with B there: R first, so that no call takes a
+                -- block from B's new value; B then keeps the session's
+                -- value for currval.
+                IF bd IS NOT NULL THEN
+                    done := setval(bd, 0, true);
+                END IF;
+                done := setval(bk, v, true);
+            END IF;
         END IF;
         RAISE SQLSTATE 'SFUNL';
     EXCEPTION WHEN SQLSTATE 'SFUNL' THEN
@@ -345,6 +413,9 @@ BEGIN
     END;
     IF memo IS NOT NULL THEN
         PERFORM set_config(seen, memo, false);
+    END IF;
+    IF bmemo IS NOT NULL THEN
+        PERFORM set_config(bseen, bmemo, false);
     END IF;
     IF narrow THEN
         PERFORM snowflake._narrow_note(seq);
@@ -361,9 +432,30 @@ BEGIN
 END
 $fn$;
 
--- nextval runs as the caller: the privilege check uses current_user, as the
--- built-in nextval does, and the session's currval is recorded here.
-CREATE OR REPLACE FUNCTION snowflake.nextval(regclass DEFAULT 'snowflake.id_seq'::regclass) RETURNS bigint
+-- _blk and _blkd name B(S) and R(S), the block sequences of the per-row
+-- path (docs/state-model.md, "Blocks"), NULL while they do not exist.
+-- IMMUTABLE on purpose: with a constant argument (a column default, a
+-- literal) the planner evaluates them once and the plan holds the two
+-- relations, which makes it depend on them; a plan made before they
+-- existed keeps NULL and the slow path until it is made again.
+CREATE OR REPLACE FUNCTION snowflake._blk(regclass) RETURNS regclass
+LANGUAGE sql IMMUTABLE STRICT
+AS $fn$SELECT pg_catalog.to_regclass('snowflake._blk_' OPERATOR(pg_catalog.||) $1::pg_catalog.oid::pg_catalog.text)$fn$;
+
+CREATE OR REPLACE FUNCTION snowflake._blkd(regclass) RETURNS regclass
+LANGUAGE sql IMMUTABLE STRICT
+AS $fn$SELECT pg_catalog.to_regclass('snowflake._blkd_' OPERATOR(pg_catalog.||) $1::pg_catalog.oid::pg_catalog.text)$fn$;
+
+-- _now_ms is the server's clock in milliseconds since the snowflake
+-- epoch, as _issue computes it.
+CREATE OR REPLACE FUNCTION snowflake._now_ms() RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $fn$SELECT pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8 OPERATOR(pg_catalog.-) 1672531200000$fn$;
+
+-- _nextval_slow is the nextval of the rules (_issue): it runs as the
+-- caller, so that the privilege check uses current_user as the built-in
+-- nextval does, and records the session's currval.
+CREATE OR REPLACE FUNCTION snowflake._nextval_slow(regclass) RETURNS bigint
 LANGUAGE plpgsql VOLATILE STRICT
 AS $fn$
 DECLARE
@@ -373,6 +465,116 @@ BEGIN
     v := snowflake._issue($1, current_user);
     t := pg_catalog.set_config('snowflake.currval_' || $1::oid::text, v::text, false);
     RETURN v;
+END
+$fn$;
+
+-- nextval takes the next ID of the sequence's live block with native
+-- sequence calls when the block is this node's and in the clock's
+-- millisecond and the caller may use the sequence, and runs _nextval_slow
+-- otherwise (docs/state-model.md, "Blocks"), which checks everything the
+-- extension does and raises its errors. A SQL expression without SET clauses, not STRICT, so that the
+-- planner inlines it: R is read before B is drawn (operands are evaluated
+-- left to right), and AND stops at its first false operand. Operators are
+-- schema-qualified: an inlined body resolves names in the caller's
+-- search_path.
+CREATE OR REPLACE FUNCTION snowflake.nextval(regclass DEFAULT 'snowflake.id_seq'::regclass) RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $fn$SELECT CASE
+    WHEN ((OPERATOR(pg_catalog.-) pg_catalog.pg_sequence_last_value(snowflake._blkd($1))
+           OPERATOR(pg_catalog.+) pg_catalog.nextval(snowflake._blk($1)))
+          OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.=) 0
+     AND ((pg_catalog.currval(snowflake._blk($1)) OPERATOR(pg_catalog.-)
+           ((snowflake._now_ms() OPERATOR(pg_catalog.<<) 22) OPERATOR(pg_catalog.|)
+            (NULLIF(pg_catalog.current_setting('snowflake.node', true), '')::pg_catalog.int4::pg_catalog.int8
+             OPERATOR(pg_catalog.<<) 12)))
+          OPERATOR(pg_catalog.>>) 12) OPERATOR(pg_catalog.=) 0
+     AND pg_catalog.has_sequence_privilege($1, 'USAGE')
+    THEN pg_catalog.currval(snowflake._blk($1))
+    ELSE snowflake._nextval_slow($1) END$fn$;
+
+-- _blk_currval is the session's value of B(seq): the last ID this session
+-- took from a block or, while B exists, from the slow path; NULL without.
+CREATE OR REPLACE FUNCTION snowflake._blk_currval(seq regclass) RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    bk regclass := snowflake._blk(seq);
+BEGIN
+    IF bk IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN currval(bk);
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+    RETURN NULL;
+END
+$fn$;
+
+-- _blocks makes B(seq) and R(seq) in the caller's transaction, which
+-- should commit at once: the proxy calls it on its control connection,
+-- _lease in its own. Only a role that may setval seq may: until the
+-- commit, others making them wait for it. Advances _hw_count, so that
+-- slow-path calls that did not find B look again (_issue). Returns
+-- whether it made them.
+CREATE OR REPLACE FUNCTION snowflake._blocks(seq regclass) RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    done bigint;
+BEGIN
+    IF (SELECT c.relkind FROM pg_class c WHERE c.oid = seq) IS DISTINCT FROM 'S' THEN
+        RETURN false;
+    END IF;
+    IF NOT has_sequence_privilege(session_user, seq, 'UPDATE') THEN
+        RAISE EXCEPTION 'permission denied for sequence %', seq
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF to_regclass('snowflake._blk_' || seq::oid::text) IS NOT NULL
+       AND to_regclass('snowflake._blkd_' || seq::oid::text) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    -- B cycles: drawing it by hand to its end must not make it fail.
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 CYCLE',
+                   '_blk_' || seq::oid::text);
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 NO CYCLE',
+                   '_blkd_' || seq::oid::text);
+    EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE snowflake.%I TO PUBLIC', '_blk_' || seq::oid::text);
+    EXECUTE format('GRANT SELECT ON SEQUENCE snowflake.%I TO PUBLIC', '_blkd_' || seq::oid::text);
+    done := nextval('snowflake._hw_count');
+    RETURN true;
+END
+$fn$;
+
+-- _blocks_all makes the blocks of snowflake.id_seq and of every sequence
+-- named in a snowflake.nextval column default that has none and that the
+-- caller may setval; the proxy calls it on its catalog watch. Returns how
+-- many it made.
+CREATE OR REPLACE FUNCTION snowflake._blocks_all() RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT s.oid::regclass AS seq
+        FROM pg_depend f
+        JOIN pg_depend q ON q.classid = f.classid AND q.objid = f.objid
+        JOIN pg_class s ON s.oid = q.refobjid AND s.relkind = 'S'
+        WHERE f.classid = 'pg_attrdef'::regclass AND f.refclassid = 'pg_proc'::regclass
+          AND f.refobjid = 'snowflake.nextval(regclass)'::regprocedure
+          AND q.refclassid = 'pg_class'::regclass
+        UNION
+        SELECT 'snowflake.id_seq'::regclass
+    LOOP
+        IF snowflake._blk(r.seq) IS NULL AND has_sequence_privilege(session_user, r.seq, 'UPDATE')
+           AND snowflake._blocks(r.seq) THEN
+            n := n + 1;
+        END IF;
+    END LOOP;
+    RETURN n;
 END
 $fn$;
 
@@ -414,8 +616,9 @@ CREATE OR REPLACE FUNCTION snowflake.currval(regclass DEFAULT 'snowflake.id_seq'
 LANGUAGE plpgsql VOLATILE STRICT
 AS $fn$
 BEGIN
-    RETURN snowflake._currval_check($1,
-        nullif(pg_catalog.current_setting('snowflake.currval_' || $1::oid::text, true), '')::bigint);
+    RETURN snowflake._currval_check($1, greatest(
+        nullif(pg_catalog.current_setting('snowflake.currval_' || $1::oid::text, true), '')::bigint,
+        snowflake._blk_currval($1)));
 END
 $fn$;
 
@@ -430,7 +633,8 @@ BEGIN
         RETURN NULL;
     END IF;
     RETURN snowflake._currval_check($1, greatest(
-        nullif(pg_catalog.current_setting('snowflake.currval_' || $1::oid::text, true), '')::bigint, $2));
+        nullif(pg_catalog.current_setting('snowflake.currval_' || $1::oid::text, true), '')::bigint, $2,
+        snowflake._blk_currval($1)));
 END
 $fn$;
 
@@ -526,6 +730,16 @@ BEGIN
     IF NOT FOUND AND NOT in_window THEN
         RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
             USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
+    END IF;
+    -- No block made before this lease is used after it (docs/state-model.md,
+    -- "Blocks"): a session that gets a fast-path ID from it and then calls
+    -- the shim must get a larger ID, and the next block lies above H. The
+    -- blocks of a sequence the proxy leases are made here, committed with
+    -- the lease.
+    IF snowflake._blkd(seq) IS NOT NULL THEN
+        done := setval(snowflake._blkd(seq), 0, true);
+    ELSIF has_sequence_privilege(session_user, seq, 'UPDATE') THEN
+        PERFORM snowflake._blocks(seq);
     END IF;
     -- A sequence narrower than a snowflake is widened as the 2.5.0 repair
     -- widens it, here where the change is committed at once (in a
@@ -889,3 +1103,6 @@ GRANT USAGE, SELECT, UPDATE ON SEQUENCE snowflake.id_seq TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA snowflake TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._narrow_put(bigint), snowflake._narrow_note(regclass),
     snowflake._s_pos(regclass), snowflake._store(regclass, bigint) FROM PUBLIC;
+-- Blocks of id_seq and of the defaults that exist (an install, or an update
+-- from a shim without blocks). Not where the caller may not make them.
+PERFORM snowflake._blocks_all();

@@ -26,6 +26,8 @@ var testSettings = map[string]string{
 	"fsync":              "off",
 	"synchronous_commit": "off",
 	"full_page_writes":   "off",
+	// PREPARE TRANSACTION, which the shim must survive.
+	"max_prepared_transactions": "8",
 }
 
 // Main runs the tests and stops the shared server afterwards.

@@ -1,0 +1,418 @@
+package compat
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
+)
+
+// Tests of the per-row path (docs/state-model.md, "Blocks").
+
+// perRow runs one statement that calls snowflake.nextval(seq) for n rows
+// and returns the IDs in row order, with the number of calls that ran the
+// slow path (_nextval_slow), counted in the statement's transaction.
+func perRow(t *testing.T, c *testConn, seq string, n int) (ids []int64, slow int64) {
+	t.Helper()
+	ctx := ctxT(t)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// The counts not yet flushed to the statistics may include earlier
+	// transactions': the difference is this statement's.
+	const calls = `SELECT coalesce(pg_stat_get_xact_function_calls(
+		'snowflake._nextval_slow(regclass)'::regprocedure), 0)`
+	var before int64
+	if err := tx.QueryRow(ctx, calls).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `SELECT array_agg(v ORDER BY g) FROM
+		(SELECT g, snowflake.nextval($1::regclass) AS v FROM generate_series(1, $2) g) x`, seq, n).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, calls).Scan(&slow); err != nil {
+		t.Fatal(err)
+	}
+	slow -= before
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ids, slow
+}
+
+// increasing fails the test unless ids increase and carry node's bits.
+func increasing(t *testing.T, what string, ids []int64, node int, after int64) int64 {
+	t.Helper()
+	last := after
+	for i, id := range ids {
+		if _, n, _ := generator.Decompose(id); n != node {
+			t.Fatalf("%s: id %d of %d has node %d, want %d", what, i, len(ids), n, node)
+		}
+		if id <= last {
+			t.Fatalf("%s: id %d %v not above %v", what, i, generator.Decode(id), generator.Decode(last))
+		}
+		last = id
+	}
+	return last
+}
+
+// The per-row path takes its IDs from blocks: the plan holds the block
+// sequences, few calls run the slow path, the IDs follow the rule (one
+// count apart within a millisecond, dated at the server's clock), and the
+// sequence covers every one. Without blocks every call is slow.
+func TestBlocksPerRow(t *testing.T) {
+	t.Parallel()
+	_, c, _, oid := shimDB(t)
+	mustExec(t, c, "CREATE SEQUENCE plain")
+	if made := queryInt(t, c, "SELECT snowflake._blocks('s')::int"); made != 1 {
+		t.Fatalf("_blocks made %d", made)
+	}
+	if again := queryInt(t, c, "SELECT snowflake._blocks('s')::int"); again != 0 {
+		t.Fatalf("_blocks made them twice")
+	}
+	mustExec(t, c, "SET snowflake.node = 3")
+
+	rows, err := c.Query(ctxT(t), "EXPLAIN (VERBOSE, COSTS OFF) SELECT snowflake.nextval('s')")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan += line + "\n"
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("nextval('snowflake._blk_%d'::regclass)", oid); !strings.Contains(plan, want) {
+		t.Fatalf("plan %q does not draw %s", plan, want)
+	}
+
+	const n = 20000
+	before := queryInt(t, c, "SELECT snowflake._now_ms()")
+	ids, slow := perRow(t, c, "s", n)
+	after := queryInt(t, c, "SELECT snowflake._now_ms()")
+	if len(ids) != n {
+		t.Fatalf("%d ids", len(ids))
+	}
+	increasing(t, "per-row", ids, 3, 0)
+	if slow >= n/2 {
+		t.Fatalf("%d of %d calls ran the slow path", slow, n)
+	}
+	steps := 0
+	for i, id := range ids {
+		ms, _, cnt := generator.Decompose(id)
+		if ms < before || ms > after+int64(n/1024)+1 {
+			t.Fatalf("id %d dated %d, the statement ran from %d to %d", i, ms, before, after)
+		}
+		if i > 0 {
+			pms, _, pcnt := generator.Decompose(ids[i-1])
+			if ms == pms && cnt == pcnt+1 {
+				steps++
+			}
+		}
+	}
+	if steps == 0 {
+		t.Fatalf("no two IDs one count apart")
+	}
+	lv := queryInt(t, c, "SELECT last_value FROM s")
+	if generator.PositionOf(lv) < generator.PositionOf(ids[n-1]) {
+		t.Fatalf("s.last_value %v below the last id %v", generator.Decode(lv), generator.Decode(ids[n-1]))
+	}
+	if cur := queryInt(t, c, "SELECT snowflake.currval('s')"); cur != ids[n-1] {
+		t.Fatalf("currval %v, want the last id %v", generator.Decode(cur), generator.Decode(ids[n-1]))
+	}
+
+	plainIDs, plainSlow := perRow(t, c, "plain", 200)
+	increasing(t, "without blocks", plainIDs, 3, 0)
+	if plainSlow != 200 {
+		t.Fatalf("without blocks %d of 200 calls ran the slow path", plainSlow)
+	}
+}
+
+// Per-row statements of several sessions and nodes, single calls and the
+// proxy's fast path (leases) on one sequence: no ID twice, each session's
+// IDs increasing across its statements.
+func TestBlocksWithLeasesAndOtherNodes(t *testing.T) {
+	t.Parallel()
+	url, c, db, oid := shimDB(t)
+	mustExec(t, c, "SELECT snowflake._blocks('s')")
+	svc := newService(t, url, 5, nil)
+	ids := newIDSet(t)
+	var wg sync.WaitGroup
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last int64
+			for i := 0; i < 3000; i++ {
+				id, err := nextvalVia(context.Background(), svc, db, oid, 5)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if id <= last {
+					t.Errorf("fast path: %v after %v", generator.Decode(id), generator.Decode(last))
+				}
+				last = id
+				ids.add(id, "fast")
+			}
+		}()
+	}
+	for g, node := range []int{5, 5, 6} {
+		sc := connect(t, url)
+		mustExec(t, sc, fmt.Sprintf("SET snowflake.node = %d", node))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last int64
+			for i := 0; i < 8; i++ {
+				var got []int64
+				if err := sc.QueryRow(context.Background(),
+					"SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 700) g").Scan(&got); err != nil {
+					t.Error(err)
+					return
+				}
+				var one int64
+				if err := sc.QueryRow(context.Background(), "SELECT snowflake.nextval('s')").Scan(&one); err != nil {
+					t.Error(err)
+					return
+				}
+				for _, id := range append(got, one) {
+					if _, n, _ := generator.Decompose(id); n != node || id <= last {
+						t.Errorf("session %d: %v after %v", g, generator.Decode(id), generator.Decode(last))
+						return
+					}
+					last = id
+					ids.add(id, fmt.Sprintf("per-row %d", g))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if want := 2*3000 + 3*8*701; len(ids.seen) != want {
+		t.Fatalf("%d ids, want %d", len(ids.seen), want)
+	}
+	lv := queryInt(t, c, "SELECT last_value FROM s")
+	for id := range ids.seen {
+		if _, n, _ := generator.Decompose(id); n == 6 && generator.PositionOf(id) > generator.PositionOf(lv) {
+			t.Fatalf("s.last_value %v below %v", generator.Decode(lv), generator.Decode(id))
+		}
+	}
+}
+
+// A block made before a lease is not used after it: a session that got a
+// fast-path ID from the lease gets a larger ID from its next per-row call,
+// however the clocks stand. (A fast-path ID after a shim ID is ordered by
+// the proxy's fence, which this test does not take.) The sequence is set
+// ten seconds ahead, so that each block stays live for the slow path
+// (which takes IDs from a block ahead of the clock) until the test ends.
+func TestBlockNotUsedAfterALease(t *testing.T) {
+	t.Parallel()
+	url, c, db, oid := shimDB(t)
+	mustExec(t, c, "SELECT snowflake._blocks('s')")
+	mustExec(t, c, "SET snowflake.node = 5")
+	mustExec(t, c, "SELECT setval('s', (snowflake._now_ms() + 10000) << 22)")
+	svc := newService(t, url, 5, nil)
+	for i := 0; i < 50; i++ {
+		shim := queryInt(t, c, "SELECT snowflake.nextval('s')")
+		fast, err := nextvalVia(ctxT(t), svc, db, oid, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := queryInt(t, c, "SELECT snowflake.nextval('s')")
+		if next <= fast || next <= shim {
+			t.Fatalf("round %d: shim %v, fast path %v, shim %v", i,
+				generator.Decode(shim), generator.Decode(fast), generator.Decode(next))
+		}
+	}
+}
+
+// IDs drawn in transactions that roll back, in subtransactions rolled back
+// and in prepared transactions are never issued again.
+func TestBlocksAcrossRollbacksAndPreparedTransactions(t *testing.T) {
+	t.Parallel()
+	url, c, _, oid := shimDB(t)
+	mustExec(t, c, "SELECT snowflake._blocks('s')")
+	ids := newIDSet(t)
+	var wg sync.WaitGroup
+	for g := 0; g < 3; g++ {
+		sc := connect(t, url)
+		mustExec(t, sc, "SET snowflake.node = 9")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			var last int64
+			take := func(sql string) {
+				var got []int64
+				if err := sc.QueryRow(ctx, sql).Scan(&got); err != nil {
+					t.Error(err)
+					return
+				}
+				for _, id := range got {
+					if id <= last {
+						t.Errorf("session %d: %v after %v", g, generator.Decode(id), generator.Decode(last))
+					}
+					last = id
+					ids.add(id, fmt.Sprintf("session %d", g))
+				}
+			}
+			const draw = "SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 300) g"
+			for i := 0; i < 6; i++ {
+				gid := fmt.Sprintf("blocks_%d_%d_%d", oid, g, i)
+				for _, stmt := range []string{"BEGIN", draw, "SAVEPOINT a", draw, "ROLLBACK TO a", draw} {
+					if stmt == draw {
+						take(draw)
+					} else if _, err := sc.Exec(ctx, stmt); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				end := []string{"ROLLBACK", "COMMIT", "PREPARE TRANSACTION '" + gid + "'"}[i%3]
+				if _, err := sc.Exec(ctx, end); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%3 == 2 {
+					fin := []string{"COMMIT PREPARED", "ROLLBACK PREPARED"}[i%2]
+					if _, err := sc.Exec(ctx, fin+" '"+gid+"'"); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(ids.seen) != 3*6*3*300 {
+		t.Fatalf("%d ids", len(ids.seen))
+	}
+}
+
+// A role without privileges draws the block sequence by hand and holds
+// every lock it can get while other roles' per-row calls run with a short
+// lock_timeout: none of them waits or fails, none repeats an ID, and the
+// role itself gets no ID from snowflake.nextval.
+func TestBlocksDrawnByHandAndSquatted(t *testing.T) {
+	t.Parallel()
+	url, c, _, oid := shimDB(t)
+	closeLockWindow(t, c)
+	mustExec(t, c, "SELECT snowflake._blocks('s')")
+	_, squatURL := testRole(t, c, url, "bsquat")
+	ids := newIDSet(t)
+
+	sq := connect(t, squatURL)
+	mustExec(t, sq, "SET snowflake.node = 2")
+	blk := fmt.Sprintf("snowflake._blk_%d", oid)
+	wantErr(t, pgErr(t, sq, "SELECT snowflake.nextval('s')"), "42501", "permission denied for sequence s")
+	wantErr(t, pgErr(t, sq, fmt.Sprintf("SELECT setval('%s', 1)", blk)), "42501", "permission denied for sequence _blk_"+fmt.Sprint(oid))
+	wantErr(t, pgErr(t, sq, fmt.Sprintf("SELECT setval('snowflake._blkd_%d', 1)", oid)), "42501", fmt.Sprintf("permission denied for sequence _blkd_%d", oid))
+	wantErr(t, pgErr(t, sq, fmt.Sprintf("SELECT nextval('snowflake._blkd_%d')", oid)), "42501", fmt.Sprintf("permission denied for sequence _blkd_%d", oid))
+	mustExec(t, sq, "SELECT pg_advisory_lock($1)", advisoryKey(oid))
+	mustExec(t, sq, "BEGIN")
+	mustExec(t, sq, fmt.Sprintf("SELECT nextval('%s')", blk))
+	mustExec(t, sq, fmt.Sprintf("SELECT last_value FROM snowflake._blkd_%d", oid))
+	mustExec(t, sq, "PREPARE squat AS UPDATE snowflake._locks SET slot = slot")
+
+	stop := make(chan struct{})
+	var drew sync.WaitGroup
+	drawer := connect(t, squatURL)
+	drew.Add(1)
+	go func() {
+		defer drew.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := drawer.Exec(context.Background(),
+				fmt.Sprintf("SELECT count(nextval('%s')) FROM generate_series(1, 5000)", blk)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+
+	var wg sync.WaitGroup
+	for g := 0; g < 3; g++ {
+		user, userURL := testRole(t, c, url, fmt.Sprintf("buser%d", g))
+		mustExec(t, c, "GRANT USAGE ON SEQUENCE s TO "+user)
+		uc := connect(t, userURL)
+		mustExec(t, uc, "SET snowflake.node = 2")
+		mustExec(t, uc, "SET lock_timeout = '200ms'")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last int64
+			for i := 0; i < 10; i++ {
+				var got []int64
+				if err := uc.QueryRow(context.Background(),
+					"SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 500) g").Scan(&got); err != nil {
+					t.Error(err)
+					return
+				}
+				for _, id := range got {
+					if id <= last {
+						t.Errorf("user %d: %v after %v", g, generator.Decode(id), generator.Decode(last))
+					}
+					last = id
+					ids.add(id, fmt.Sprintf("user %d", g))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	drew.Wait()
+	mustExec(t, sq, "ROLLBACK")
+	if len(ids.seen) != 3*10*500 {
+		t.Fatalf("%d ids", len(ids.seen))
+	}
+}
+
+// The per-row path refuses what the extension refuses, with its errors,
+// also while a live block would have IDs to give.
+func TestBlocksErrorsAsTheExtension(t *testing.T) {
+	t.Parallel()
+	url, c, _, _ := shimDB(t)
+	mustExec(t, c, "SELECT snowflake._blocks('s')")
+	mustExec(t, c, "SET snowflake.node = 4")
+	queryInt(t, c, "SELECT snowflake.nextval('s')")
+	reader, readerURL := testRole(t, c, url, "breader")
+	mustExec(t, c, "GRANT SELECT ON SEQUENCE s TO "+reader)
+	rc := connect(t, readerURL)
+	mustExec(t, rc, "SET snowflake.node = 4")
+	for i := 0; i < 3; i++ {
+		wantErr(t, pgErr(t, rc, "SELECT snowflake.nextval('s') FROM generate_series(1, 10)"), "42501", "permission denied for sequence s")
+	}
+	mustExec(t, c, "BEGIN READ ONLY")
+	wantErr(t, pgErr(t, c, "SELECT snowflake.nextval('s')"), "25006", "cannot execute nextval() in a read-only transaction")
+	mustExec(t, c, "ROLLBACK")
+	mustExec(t, c, "RESET snowflake.node")
+	wantErr(t, pgErr(t, c, "SELECT snowflake.nextval('s')"), "F0000", "value for snowflake.node is not set")
+	mustExec(t, c, "SET snowflake.node = 'x'")
+	wantErr(t, pgErr(t, c, "SELECT snowflake.nextval('s')"), "22P02", `invalid input syntax for type integer: "x"`)
+	mustExec(t, c, "SET snowflake.node = 4")
+	for _, sql := range []string{"SELECT snowflake.nextval('s')", "SELECT * FROM snowflake.nextval('s')"} {
+		if id := queryInt(t, c, sql); id <= 0 {
+			t.Fatalf("%s: %d", sql, id)
+		}
+	}
+	// The sequence's drop takes its blocks (the event trigger of a
+	// superuser's install).
+	mustExec(t, c, "DROP SEQUENCE s")
+	if n := queryInt(t, c, `SELECT count(*) FROM pg_class WHERE relnamespace = 'snowflake'::regnamespace
+		AND relname LIKE '\_blk%'`); n != 2 {
+		t.Fatalf("%d block sequences left after the drop, want id_seq's 2", n)
+	}
+}
