@@ -52,6 +52,12 @@ const (
 	epochQueryTimeout = 10 * time.Second
 )
 
+// makeBlocksSQL makes missing per-row blocks, waiting at most a second for
+// a lock (a role that may setval the sequence holding it in an open
+// transaction).
+const makeBlocksSQL = `SELECT snowflake._blocks_all()
+	FROM (SELECT pg_catalog.set_config('lock_timeout', '1s', true)) AS timeout`
+
 // eventTriggersSQL counts the shim's enabled event triggers.
 const eventTriggersSQL = `SELECT count(*) FROM pg_catalog.pg_event_trigger
 	WHERE evtname IN ('snowflake_ddl_notify', 'snowflake_ddl_drop') AND evtenabled IN ('O', 'A')`
@@ -69,6 +75,9 @@ type catalogWatch struct {
 	// applied to cur, so that tests can wait for a check instead of
 	// guessing how long one takes.
 	checks atomic.Uint64
+	// blocksLogged is set once makeBlocks has logged a failure; only the
+	// watch's goroutine touches it.
+	blocksLogged bool
 }
 
 // CatalogEpoch implements wire.Snowflakes: the current catalog epoch of
@@ -177,6 +186,7 @@ func (w *catalogWatch) listen() error {
 		if err != nil {
 			return err
 		}
+		w.makeBlocks(conn)
 		wait := epochIdleRecheck
 		if armed {
 			wait = epochRecheck
@@ -205,9 +215,30 @@ func (w *catalogWatch) check(conn *pgx.Conn) (bool, error) {
 	return n == 2, nil
 }
 
-// wait receives notifications for up to d, moving the epoch on each while
-// armed. An unarmed watch also returns early when a session nudges it. A
-// timeout is not an error; a broken connection is.
+// makeBlocks has the shim make the blocks of the per-row path
+// (docs/state-model.md, "Blocks") for the sequences of snowflake column
+// defaults that have none, so that per-row calls on them, direct
+// connections' included, need not run the slow path. It runs at every check
+// and after DDL made elsewhere, committed at once. A shim without blocks, a
+// read-only server or a role that may not make them leaves the slow path:
+// logged once per watch at debug level, never fatal to the watch.
+func (w *catalogWatch) makeBlocks(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(w.s.ctx, epochQueryTimeout)
+	defer cancel()
+	var made int
+	err := conn.QueryRow(ctx, makeBlocksSQL).Scan(&made)
+	switch {
+	case err != nil && !w.blocksLogged:
+		w.blocksLogged = true
+		w.s.log.Debug("per-row blocks not made", "database", w.db, "err", err)
+	case err == nil && made > 0:
+		w.s.log.Debug("per-row blocks made", "database", w.db, "sequences", made)
+	}
+}
+
+// wait receives a notification for up to d, moving the epoch while armed,
+// and returns after it. An unarmed watch also returns early when a session
+// nudges it. A timeout is not an error; a broken connection is.
 func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) error {
 	ctx, cancel := context.WithTimeout(w.s.ctx, d)
 	defer cancel()
@@ -230,7 +261,10 @@ func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) e
 			if w.cur.Load() != 0 {
 				w.cur.Store(w.last.Add(1))
 			}
-			continue
+			// Back to the loop, which makes the blocks of a default the
+			// DDL may have added (makeBlocks); later notifications wait
+			// in pgx's buffer.
+			return nil
 		}
 		if w.s.ctx.Err() != nil {
 			return w.s.ctx.Err()

@@ -1,6 +1,7 @@
 package compat
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,43 @@ func TestCatalogEpochStaysZeroWithoutEventTriggers(t *testing.T) {
 	waitChecks(t, s, cfg.Database, watchChecks(s, cfg.Database), 2)
 	if e := s.CatalogEpoch(cfg.Database); e != 0 {
 		t.Errorf("CatalogEpoch = %d without event triggers, want 0", e)
+	}
+}
+
+// The watch makes the per-row blocks (docs/state-model.md, "Blocks") of a
+// sequence named in a snowflake default that DDL made elsewhere added,
+// with the event triggers of a superuser's install and without them.
+func TestCatalogWatchMakesBlocks(t *testing.T) {
+	for _, triggers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("triggers=%v", triggers), func(t *testing.T) {
+			t.Parallel()
+			url := newDB(t)
+			cfg, _ := pgx.ParseConfig(url)
+			db := cfg.Database
+			s := newService(t, url, 0, nil)
+			c := connect(t, url)
+			install := extSQL(t, plan.CreateExtension, nil)
+			if !triggers {
+				install = strings.Replace(install, "IF v_super THEN", "IF false THEN", 1)
+			}
+			mustExec(t, c, install)
+			mustExec(t, c, "CREATE SEQUENCE s2")
+			mustExec(t, c, "CREATE TABLE t (id bigint DEFAULT snowflake.nextval('s2'), v int)")
+			s.CatalogEpoch(db)
+			waitChecks(t, s, db, watchChecks(s, db), 2)
+			oid := seqOID(t, c, "s2")
+			for _, name := range []string{"_blk_", "_blkd_"} {
+				if queryInt(t, c, "SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)",
+					fmt.Sprintf("snowflake.%s%d", name, oid)) != 1 {
+					t.Fatalf("no snowflake.%s%d after two checks", name, oid)
+				}
+			}
+			// Direct INSERT ... SELECT: the plan draws from the block.
+			mustExec(t, c, "SET snowflake.node = 1")
+			mustExec(t, c, "INSERT INTO t (v) SELECT g FROM generate_series(1, 1000) g")
+			if n := queryInt(t, c, "SELECT count(DISTINCT id) FROM t"); n != 1000 {
+				t.Fatalf("%d distinct ids", n)
+			}
+		})
 	}
 }
