@@ -138,6 +138,10 @@ func TestCatalogWatchMakesBlocks(t *testing.T) {
 				install = strings.Replace(install, "IF v_super THEN", "IF false THEN", 1)
 			}
 			mustExec(t, c, install)
+			var e0 uint64
+			if triggers {
+				e0 = waitEpoch(t, s, db, "arming", func(e uint64) bool { return e != 0 })
+			}
 			mustExec(t, c, "CREATE SEQUENCE s2")
 			mustExec(t, c, "CREATE TABLE t (id bigint DEFAULT snowflake.nextval('s2'), v int)")
 			s.CatalogEpoch(db)
@@ -147,6 +151,18 @@ func TestCatalogWatchMakesBlocks(t *testing.T) {
 				if queryInt(t, c, "SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)",
 					fmt.Sprintf("snowflake.%s%d", name, oid)) != 1 {
 					t.Fatalf("no snowflake.%s%d after two checks", name, oid)
+				}
+			}
+			if triggers {
+				// Making the blocks notifies nobody (sessions would drop
+				// their caches): after two DDL statements and a third one
+				// made once the blocks exist (whose notification comes
+				// after any of theirs), three moves.
+				mustExec(t, c, "CREATE TABLE barrier ()")
+				e := waitEpoch(t, s, db, "three moves", func(e uint64) bool { return e >= e0+3 })
+				waitChecks(t, s, db, watchChecks(s, db), 1)
+				if e = s.CatalogEpoch(db); e != e0+3 {
+					t.Fatalf("epoch %d after three DDL statements from %d, want %d", e, e0, e0+3)
 				}
 			}
 			// Direct INSERT ... SELECT: the plan draws from the block.

@@ -32,18 +32,16 @@ var shimFrames = []string{
 }
 
 // sqlNextvalFrame is the frame of snowflake.nextval, a SQL function, where
-// the planner did not inline it (a call in FROM).
+// the planner did not inline it (a call in FROM), or of a client's SQL
+// function of that name.
 const sqlNextvalFrame = `SQL function "nextval" statement 1`
 
 // doFrame names the frame of a DO block in a CONTEXT line.
 const doFrame = " inline_code_block "
 
-// isShimFrame tells whether a CONTEXT line is a frame of one of the shim's
-// stand-ins.
+// isShimFrame tells whether a CONTEXT line is a PL/pgSQL frame of one of
+// the shim's stand-ins.
 func isShimFrame(line string) bool {
-	if line == sqlNextvalFrame {
-		return true
-	}
 	if !strings.Contains(line, "PL/pgSQL") {
 		return false
 	}
@@ -66,7 +64,10 @@ func shimContext(w string, own bool) (string, bool) {
 	lines := strings.Split(w, "\n")
 	from := 0
 	for i, l := range lines {
-		if isShimFrame(l) {
+		// snowflake.nextval's own frame, where it was not inlined, right
+		// outside its slow path's frames; a client's SQL function of that
+		// name elsewhere stays.
+		if isShimFrame(l) || (l == sqlNextvalFrame && from == i && i > 0) {
 			from = i + 1
 		}
 	}

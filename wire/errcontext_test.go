@@ -41,6 +41,12 @@ func TestShimContext(t *testing.T) {
 		{"convert", "PL/pgSQL function snowflake.convert_sequence_to_snowflake(regclass) line 18 at RAISE", false,
 			"PL/pgSQL function snowflake.convert_sequence_to_snowflake(regclass) line 18 at RAISE"},
 		{"an SQL function", "SQL function \"nextval\" statement 1", false, "SQL function \"nextval\" statement 1"},
+		{"nextval's slow path not inlined",
+			"PL/pgSQL function snowflake._issue(regclass,name) line 33 at RAISE\nPL/pgSQL function snowflake._nextval_slow(regclass) line 6 at assignment\nSQL function \"nextval\" statement 1",
+			false, ""},
+		{"nextval's slow path not inlined in the client's function",
+			"PL/pgSQL function snowflake._nextval_slow(regclass) line 6 at assignment\nSQL function \"nextval\" statement 1\nPL/pgSQL function f() line 3 at RETURN",
+			false, "PL/pgSQL function f() line 3 at RETURN"},
 		{"localized", "función PL/pgSQL snowflake.nextval(regclass) en la línea 6 en asignación", false, ""},
 	} {
 		got, changed := shimContext(c.in, c.own)

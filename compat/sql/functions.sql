@@ -469,42 +469,58 @@ END
 $fn$;
 
 -- nextval takes the next ID of the sequence's live block with native
--- sequence calls when the block is this node's and in the clock's
--- millisecond and the caller may use the sequence, and runs _nextval_slow
+-- sequence calls when the caller may use the sequence and the block is
+-- its node's and not behind the clock, and runs _nextval_slow
 -- otherwise (docs/state-model.md, "Blocks"), which checks everything the
--- extension does and raises its errors. A SQL expression without SET clauses, not STRICT, so that the
--- planner inlines it: R is read before B is drawn (operands are evaluated
--- left to right), and AND stops at its first false operand. Operators are
+-- extension does and raises its errors. A SQL expression without SET
+-- clauses, not STRICT, so that the planner inlines it: AND stops at its
+-- first false operand (no draw without the privilege), and R is read
+-- before B is drawn (operands are evaluated left to right). Operators are
 -- schema-qualified: an inlined body resolves names in the caller's
--- search_path.
+-- search_path. The second test is (ms << 10 | node) of the ID minus
+-- (now << 10 | the session's node): its low 10 bits are 0 only for the
+-- session's node, and its sign bit only while the ID is not behind the
+-- clock; the mask is 0x80000000000003FF. B does not exist for a relation
+-- that is not a sequence;
+-- the planner folds _blk and _blkd (see above), and NULL sends the call to
+-- _nextval_slow.
 CREATE OR REPLACE FUNCTION snowflake.nextval(regclass DEFAULT 'snowflake.id_seq'::regclass) RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $fn$SELECT CASE
-    WHEN ((OPERATOR(pg_catalog.-) pg_catalog.pg_sequence_last_value(snowflake._blkd($1))
+    WHEN pg_catalog.has_sequence_privilege($1, 'USAGE')
+     AND ((OPERATOR(pg_catalog.-) pg_catalog.pg_sequence_last_value(snowflake._blkd($1))
            OPERATOR(pg_catalog.+) pg_catalog.nextval(snowflake._blk($1)))
           OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.=) 0
-     AND ((pg_catalog.currval(snowflake._blk($1)) OPERATOR(pg_catalog.-)
-           ((snowflake._now_ms() OPERATOR(pg_catalog.<<) 22) OPERATOR(pg_catalog.|)
-            (NULLIF(pg_catalog.current_setting('snowflake.node', true), '')::pg_catalog.int4::pg_catalog.int8
-             OPERATOR(pg_catalog.<<) 12)))
-          OPERATOR(pg_catalog.>>) 12) OPERATOR(pg_catalog.=) 0
-     AND pg_catalog.has_sequence_privilege($1, 'USAGE')
+     AND (((pg_catalog.currval(snowflake._blk($1)) OPERATOR(pg_catalog.>>) 12) OPERATOR(pg_catalog.-)
+           ((snowflake._now_ms() OPERATOR(pg_catalog.<<) 10) OPERATOR(pg_catalog.|)
+            NULLIF(pg_catalog.current_setting('snowflake.node', true), '')::pg_catalog.int4::pg_catalog.int8))
+          OPERATOR(pg_catalog.&) (-9223372036854774785)) OPERATOR(pg_catalog.=) 0
     THEN pg_catalog.currval(snowflake._blk($1))
     ELSE snowflake._nextval_slow($1) END$fn$;
 
 -- _blk_currval is the session's value of B(seq): the last ID this session
 -- took from a block or, while B exists, from the slow path; NULL without.
+-- A value drawn and refused by nextval is followed by the slow path, which
+-- leaves B's session value at the ID it issues; when that raises an error
+-- (no node, an invalid one) the refused value has another node's bits:
+-- only a value of the session's node counts.
 CREATE OR REPLACE FUNCTION snowflake._blk_currval(seq regclass) RETURNS bigint
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     bk regclass := snowflake._blk(seq);
+    node text := current_setting('snowflake.node', true);
+    v bigint;
 BEGIN
-    IF bk IS NULL THEN
+    IF bk IS NULL OR node IS NULL OR node !~ '^[0-9]{1,4}$' THEN
         RETURN NULL;
     END IF;
-    RETURN currval(bk);
+    v := currval(bk);
+    IF ((v >> 12) & 1023) <> node::integer OR node::integer = 0 THEN
+        RETURN NULL;
+    END IF;
+    RETURN v;
 EXCEPTION WHEN object_not_in_prerequisite_state THEN
     RETURN NULL;
 END
@@ -534,13 +550,24 @@ BEGIN
        AND to_regclass('snowflake._blkd_' || seq::oid::text) IS NOT NULL THEN
         RETURN false;
     END IF;
-    -- B cycles: drawing it by hand to its end must not make it fail.
-    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 CYCLE',
-                   '_blk_' || seq::oid::text);
-    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 NO CYCLE',
-                   '_blkd_' || seq::oid::text);
-    EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE snowflake.%I TO PUBLIC', '_blk_' || seq::oid::text);
-    EXECUTE format('GRANT SELECT ON SEQUENCE snowflake.%I TO PUBLIC', '_blkd_' || seq::oid::text);
+    -- No catalog notification for these (events.sql, _ddl_notify): they
+    -- change nothing the proxies cache.
+    PERFORM set_config('snowflake._blocks_ddl', 'on', true);
+    BEGIN
+        -- B cycles: drawing it by hand to its end must not make it fail.
+        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 CYCLE',
+                       '_blk_' || seq::oid::text);
+        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 NO CYCLE',
+                       '_blkd_' || seq::oid::text);
+        EXECUTE format('GRANT USAGE ON SEQUENCE snowflake.%I TO PUBLIC', '_blk_' || seq::oid::text);
+        EXECUTE format('GRANT SELECT ON SEQUENCE snowflake.%I TO PUBLIC', '_blkd_' || seq::oid::text);
+    EXCEPTION WHEN unique_violation OR duplicate_table THEN
+        -- Made at the same time by another caller (a lease and the
+        -- proxy's catalog watch), who committed first.
+        PERFORM set_config('snowflake._blocks_ddl', '', true);
+        RETURN false;
+    END;
+    PERFORM set_config('snowflake._blocks_ddl', '', true);
     done := nextval('snowflake._hw_count');
     RETURN true;
 END
