@@ -73,6 +73,7 @@ func TestOlderOpenTransactionKeepsFastPath(t *testing.T) {
 		base := shimCallsBeforeMarker(t, c, check) + 2 // with the marker
 
 		fastBefore := p.ws.Stats().FastIDs
+		_, blocks := shimWork(t, check)
 		ids := make([]int64, 0, 200)
 		for i := range 200 {
 			var id int64
@@ -84,6 +85,9 @@ func TestOlderOpenTransactionKeepsFastPath(t *testing.T) {
 		calls := shimCallsBeforeMarker(t, c, check) - base
 		if calls != 0 {
 			t.Fatalf("%d of 200 INSERTs went to the shim with an older transaction open", calls)
+		}
+		if _, after := shimWork(t, check); after != blocks {
+			t.Fatalf("INSERTs drew the shim's blocks with an older transaction open (%s, then %s)", blocks, after)
 		}
 		if fast := p.ws.Stats().FastIDs - fastBefore; fast != 200 {
 			t.Fatalf("%d of 200 INSERTs' IDs came from the fast path", fast)

@@ -45,8 +45,8 @@ func TestPreparedInsertFromBeforeTheCatalogWatchStopsFencing(t *testing.T) {
 		}
 		return id
 	}
-	if n := shimCalls(t, conn, func() { insert() }); n != 1 {
-		t.Fatalf("with the watch unarmed the server's default ran %d times, want 1", n)
+	if n := shimCalls(t, conn, func() { insert() }); n == 0 {
+		t.Fatalf("with the watch unarmed the server's default did not run")
 	}
 
 	e.execDirect(t, `ALTER EVENT TRIGGER snowflake_ddl_notify ENABLE;

@@ -77,6 +77,8 @@ func startStandbyPair(t *testing.T) *standbyPair {
 			"hot_standby":        "on",
 			"fsync":              "off",
 			"synchronous_commit": "off",
+			// At least the primary's (pgtest's test settings).
+			"max_prepared_transactions": "8",
 		},
 	})
 	if err != nil {
