@@ -10,19 +10,31 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// The bulk subcommand measures COPY ... FROM STDIN through the proxy into a
-// table whose id defaults to snowflake.nextval() (the proxy appends the IDs
-// to the rows, wire/copyin.go) against the same COPY through the proxy into
-// a bigserial table, in the text, csv and binary formats. Each round loads
-// every format into both tables, interleaved, from an emptied table after
-// a CHECKPOINT; the report is the median of the rounds and the ratio.
+// The bulk subcommand measures the statements that make many IDs at once:
 //
-//	go run ./bench bulk [-rows 1000000] [-rounds 3]
+//   - copy: COPY ... FROM STDIN through the proxy into a table whose id
+//     defaults to snowflake.nextval() (the proxy appends the IDs to the
+//     rows, wire/copyin.go) against the same COPY through the proxy into a
+//     bigserial table, in the text, csv and binary formats;
+//   - insert: INSERT ... SELECT from generate_series into the same two
+//     tables, through the proxy and on a direct connection (the server
+//     evaluates the defaults row by row: the shim's per-row path,
+//     docs/state-model.md, "Blocks");
+//   - perrow: SELECT count(DISTINCT snowflake.nextval()) over
+//     generate_series against the same with a native nextval, through the
+//     proxy and directly.
+//
+// Each round runs every case of both tables, interleaved, from an emptied
+// table after a CHECKPOINT; the report is the median of the rounds and
+// the ratio.
+//
+//	go run ./bench bulk [-rows 1000000] [-rounds 3] [-only copy,insert,perrow]
 
 // bulkTimeout bounds one COPY.
 const bulkTimeout = 10 * time.Minute
@@ -31,6 +43,7 @@ func runBulk(args []string) int {
 	fs := flag.NewFlagSet("bench bulk", flag.ContinueOnError)
 	rows := fs.Int("rows", 1_000_000, "rows per COPY")
 	rounds := fs.Int("rounds", 3, "measurements per format and table (median reported)")
+	only := fs.String("only", "copy,insert,perrow", "comma-separated parts to run: copy, insert, perrow")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -38,7 +51,17 @@ func runBulk(args []string) int {
 		fmt.Fprintln(os.Stderr, "bench bulk: -rows and -rounds must be positive")
 		return 2
 	}
-	if err := measureBulk(context.Background(), *rows, *rounds); err != nil {
+	parts := map[string]bool{}
+	for _, p := range strings.Split(*only, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case "copy", "insert", "perrow":
+			parts[p] = true
+		default:
+			fmt.Fprintf(os.Stderr, "bench bulk: unknown part %q in -only\n", p)
+			return 2
+		}
+	}
+	if err := measureBulk(context.Background(), *rows, *rounds, parts); err != nil {
 		fmt.Fprintln(os.Stderr, "bench bulk:", err)
 		return 1
 	}
@@ -78,7 +101,7 @@ var bulkTables = []struct{ name, ddl string }{
 	{"b_serial", "CREATE TABLE b_serial (id bigserial PRIMARY KEY, v int, s text)"},
 }
 
-func measureBulk(ctx context.Context, rows, rounds int) error {
+func measureBulk(ctx context.Context, rows, rounds int, parts map[string]bool) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
@@ -127,6 +150,21 @@ func measureBulk(ctx context.Context, rows, rounds int) error {
 	if err := waitBulkFastPath(ctx, conn); err != nil {
 		return err
 	}
+	if parts["copy"] {
+		if err := measureBulkCopy(ctx, conn, direct, rows, rounds); err != nil {
+			return err
+		}
+	}
+	if parts["insert"] || parts["perrow"] {
+		if err := measureServerRows(ctx, conn, direct, rows, rounds, parts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureBulkCopy is the copy part.
+func measureBulkCopy(ctx context.Context, conn, direct *pgx.Conn, rows, rounds int) error {
 	formats := bulkData(rows)
 	times := map[string][]time.Duration{}
 	for r := 1; r <= rounds; r++ {
@@ -174,27 +212,39 @@ func bulkCopy(ctx context.Context, conn *pgx.Conn, table string, f bulkFormat, r
 	return d, nil
 }
 
+// shimWorkSQL marks the server's snowflake.nextval work: the slow path's
+// calls (counted by track_functions) and the values of the block sequences
+// that per-row calls draw (docs/state-model.md, "Blocks").
+const shimWorkSQL = `SELECT coalesce(pg_catalog.pg_stat_get_xact_function_calls(
+		'snowflake._nextval_slow(regclass)'::pg_catalog.regprocedure), 0)::text || '/' ||
+	coalesce((SELECT pg_catalog.string_agg(pg_catalog.pg_sequence_last_value(c.oid)::text, ',' ORDER BY c.oid)
+		FROM pg_catalog.pg_class c
+		WHERE c.relnamespace = 'snowflake'::pg_catalog.regnamespace AND c.relname LIKE '\_blk\_%'), '')`
+
 // waitBulkFastPath waits until a COPY into b_sf runs no shim call: the
 // proxy fills snowflake defaults once its watch of the catalog is armed.
 func waitBulkFastPath(ctx context.Context, conn *pgx.Conn) error {
-	const calls = "SELECT coalesce(pg_catalog.pg_stat_get_xact_function_calls('snowflake.nextval(regclass)'::pg_catalog.regprocedure), 0)"
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			return err
 		}
+		var before, after string
+		if err := tx.QueryRow(ctx, shimWorkSQL).Scan(&before); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
 		if _, err := conn.PgConn().CopyFrom(ctx, bytes.NewReader([]byte("1\tx\n")), "COPY b_sf (v, s) FROM STDIN"); err != nil {
 			_ = tx.Rollback(ctx)
 			return err
 		}
-		var n int64
-		err = tx.QueryRow(ctx, calls).Scan(&n)
+		err = tx.QueryRow(ctx, shimWorkSQL).Scan(&after)
 		_ = tx.Rollback(ctx)
 		if err != nil {
 			return err
 		}
-		if n == 0 {
+		if after == before {
 			return nil
 		}
 		if time.Now().After(deadline) {
