@@ -35,8 +35,10 @@ func (c *steppedClock) NowMs() int64 { return generator.SystemClock{}.NowMs() + 
 // once, on one server and one sequence: an in-process proxy for node 5
 // whose fast-path clock steps forward and back, a proxy binary for node 6
 // killed with SIGKILL and started again, direct sessions for both nodes,
-// the server itself restarted; clients use SELECT nextval, per-row calls,
-// INSERT ... VALUES and INSERT ... SELECT defaults, and COPY in the
+// the server itself restarted; clients use SELECT nextval, per-row calls
+// (also in transactions rolled back; the per-row path's blocks,
+// docs/state-model.md), INSERT ... VALUES and INSERT ... SELECT defaults,
+// and COPY in the
 // binary, text and csv formats (through a proxy, its rows get the proxy's
 // ids, wire/copyin.go; directly, the shim's), on a sequence narrower than a
 // snowflake (AS integer). No ID may repeat: none returned twice, no unique
@@ -196,6 +198,13 @@ func TestChaos(t *testing.T) {
 	if len(inTable) == 0 || len(all) == len(inTable) || inserted == 0 {
 		t.Fatalf("%d rows, %d ids: the run proves nothing", len(inTable), len(all))
 	}
+	// The per-row calls ran with cs's blocks there (docs/state-model.md,
+	// "Blocks"): every ID of the locked path, and of a block, moves B.
+	var drawn bool
+	if err := check.QueryRow(context.Background(), `SELECT pg_sequence_last_value(
+		format('snowflake._blk_%s', 'cs'::regclass::oid)::regclass) IS NOT NULL`).Scan(&drawn); err != nil || !drawn {
+		t.Fatalf("the per-row path ran without cs's blocks (%v)", err)
+	}
 	t.Logf("%d ids (%d rows), all distinct; %d statements failed during the outages", len(all), len(inTable), errs)
 }
 
@@ -318,7 +327,19 @@ func (c *chaosClient) step(conn *pgx.Conn, i int) (int, error) {
 		}
 		return len(ids), err
 	}
-	switch i % 7 {
+	switch i % 8 {
+	case 7:
+		// Per-row calls in a transaction rolled back: the IDs were handed
+		// out and must never come again.
+		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+			return 0, err
+		}
+		n, err := collect(&c.selected, "SELECT snowflake.nextval('cs') FROM generate_series(1, 20)")
+		if err != nil {
+			return n, err
+		}
+		_, err = conn.Exec(ctx, "ROLLBACK")
+		return n, err
 	case 0:
 		return collect(&c.selected, "SELECT snowflake.nextval('cs')")
 	case 1:
@@ -338,7 +359,7 @@ func (c *chaosClient) step(conn *pgx.Conn, i int) (int, error) {
 	default:
 		// Text and csv COPY.
 		sql := "COPY ct (src) FROM STDIN"
-		if i%7 == 6 {
+		if i%8 == 6 {
 			sql += " WITH (FORMAT csv)"
 		}
 		tag, err := conn.PgConn().CopyFrom(ctx, strings.NewReader(strings.Repeat(src+"\n", 50)), sql)

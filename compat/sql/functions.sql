@@ -481,9 +481,8 @@ $fn$;
 -- (now << 10 | the session's node): its low 10 bits are 0 only for the
 -- session's node, and its sign bit only while the ID is not behind the
 -- clock; the mask is 0x80000000000003FF. B does not exist for a relation
--- that is not a sequence;
--- the planner folds _blk and _blkd (see above), and NULL sends the call to
--- _nextval_slow.
+-- that is not a sequence; the planner folds _blk and _blkd (see above),
+-- and NULL sends the call to _nextval_slow.
 CREATE OR REPLACE FUNCTION snowflake.nextval(regclass DEFAULT 'snowflake.id_seq'::regclass) RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $fn$SELECT CASE
