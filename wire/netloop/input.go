@@ -95,6 +95,24 @@ func (in *Input) takeBuffered() []byte {
 	return out
 }
 
+// errWouldBlock and errPollExit are what the raw readers return to bufio:
+// the read would block (EAGAIN), or failed while polling (the error is
+// kept in sockReader.err for the blocking read that follows). Both are
+// temporary net.Errors: a crypto/tls.Conn reading through them keeps a
+// partial record for the next read instead of failing for good
+// (tls.go).
+var (
+	errWouldBlock error = transient("read would block")
+	errPollExit   error = transient("read error while polling")
+)
+
+// transient is a temporary net.Error that is no timeout.
+type transient string
+
+func (e transient) Error() string   { return string(e) }
+func (e transient) Timeout() bool   { return false }
+func (e transient) Temporary() bool { return true }
+
 // takePre copies what *pre still holds into p, first.
 func takePre(pre *[]byte, p []byte) int {
 	n := copy(p, *pre)

@@ -4,7 +4,6 @@ package netloop
 
 import (
 	"bufio"
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -30,14 +29,6 @@ type sockReader struct {
 	err     error  // a read error met while polling, returned by the next Read
 	pre     []byte // bytes buffered before the switch to this reader, returned first
 }
-
-// errWouldBlock and errPollExit are what the raw readers return to bufio:
-// the read would block (EAGAIN), or failed while polling (the error is
-// kept in sockReader.err for the blocking read that follows).
-var (
-	errWouldBlock = errors.New("read would block")
-	errPollExit   = errors.New("read error while polling")
-)
 
 // syscallConn returns c's syscall.RawConn, or nil when c has no descriptor
 // (a TLS connection, a test pipe).
