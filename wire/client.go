@@ -131,10 +131,9 @@ func (p *clientPump) Step(_ netloop.Side, typ byte) error {
 var errTerminate = errors.New("terminate")
 
 func (p *clientPump) loop() error {
-	if b := p.rel.TakePending(netloop.Server); b != nil {
-		if _, err := p.sw.Write(b); err != nil {
-			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
-		}
+	if ok, err := p.rel.WritePending(netloop.Server, p.sw); err != nil {
+		return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
+	} else if ok {
 		if err := p.sw.Flush(); err != nil {
 			return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
 		}

@@ -75,8 +75,10 @@
 //     ReadyForQuery, unless the client set snowflake.node at startup in a
 //     way the extension refuses (startupnode.go): then that FATAL replaces
 //     it.
-//  4. Event loop (loop.go, netloop). A session on plain sockets is relayed by an
-//     event loop first: the steps of 5 and 6 below run on the loop's thread, one
+//  4. Event loop (loop.go, netloop). A session is relayed by an event loop
+//     first, TLS on either side included (its tls.Conn is a
+//     netloop.TLSConn: the loop reads and writes its records;
+//     docs/tls-loop.md): the steps of 5 and 6 below run on the loop's thread, one
 //     read per readiness event, as long as no step has to wait; then the
 //     session's goroutine starts the two pumps, which give it back to the
 //     loop when both wait for input.

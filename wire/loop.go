@@ -10,8 +10,8 @@ import (
 
 // Event loops (netloop).
 //
-// After startup, a session whose two connections are plain TCP or Unix
-// sockets is handed to one of Server's event loops (Config.EventLoops)
+// After startup, a session whose two connections are TCP or Unix sockets,
+// in plaintext or netloop.TLSConns, is handed to one of Server's event loops (Config.EventLoops)
 // instead of starting its pumps. The loop runs the pumps' own steps
 // (netloop.Steps, below), so what it relays is relayed exactly as the
 // pumps would, one read and one write per batch and no goroutine wake-up

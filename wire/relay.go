@@ -48,10 +48,10 @@ func (p *serverPump) Step(_ netloop.Side, typ byte) error {
 
 func (p *serverPump) loop() error {
 	p.locked = false
-	if b := p.rel.TakePending(netloop.Client); b != nil {
+	if p.rel.HasPending(netloop.Client) {
 		// runPumps took wmu for this.
 		p.locked = true
-		if _, err := p.sh.cw.Write(b); err != nil {
+		if _, err := p.rel.WritePending(netloop.Client, p.sh.cw); err != nil {
 			_ = p.unlock()
 			return &Error{Kind: KindClientIO, Message: "write", Err: err}
 		}

@@ -178,13 +178,18 @@ func (ss *session) relay() error {
 	ss.cp.cr.Max = ss.cfg.MaxMessageSize
 	ss.cp.db, ss.cp.backendPID = ss.db, ss.backendPID
 	ss.attachRelay()
-	for {
+	for first := true; ; first = false {
 		entered := false
 		if lp := ss.srv.pickLoop(); lp != nil {
+			if first {
+				ss.logTLSPath("event loop")
+			}
 			var err error
 			if entered, err = ss.serveInLoop(lp); err != nil {
 				return err
 			}
+		} else if first {
+			ss.logTLSPath("goroutines")
 		}
 		if !entered {
 			ss.loopOK = false // the pumps keep the session to its end

@@ -3,7 +3,11 @@ package wire
 import (
 	"context"
 	"crypto/tls"
+	"log/slog"
+	"net"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // negotiateTLS answers an SSLRequest: 'N' without a TLS configuration,
@@ -20,7 +24,9 @@ func (ss *session) negotiateTLS() error {
 	if _, err := ss.client.Write([]byte{'S'}); err != nil {
 		return &Error{Kind: KindClientIO, Message: "write", Err: err}
 	}
-	tc := tls.Server(ss.client, ss.cfg.TLSConfig)
+	// A netloop.TLSConn: after the handshake, the event loops can relay
+	// its records (docs/tls-loop.md).
+	tc := netloop.TLSServer(ss.client, ss.cfg.TLSConfig)
 	ctx, cancel := context.WithTimeout(ss.ctx, ss.cfg.HandshakeTimeout)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
@@ -29,4 +35,31 @@ func (ss *session) negotiateTLS() error {
 	ss.setConns(tc, nil)
 	ss.deadline(tc, time.Now().Add(ss.cfg.HandshakeTimeout), false)
 	return nil
+}
+
+// logTLSPath says, for a session with TLS on either side, what relays its
+// records: "event loop" (it may still need its goroutines at times, as a
+// plaintext session does) or "goroutines" (loops off). Versions and
+// suites only: nothing secret.
+func (ss *session) logTLSPath(path string) {
+	if !ss.log.Enabled(ss.ctx, slog.LevelDebug) {
+		return
+	}
+	attrs := make([]any, 0, 6)
+	for _, side := range []struct {
+		key string
+		c   net.Conn
+	}{{"client_tls", ss.client}, {"server_tls", ss.server}} {
+		if tc, ok := side.c.(interface{ ConnectionState() tls.ConnectionState }); ok {
+			cs := tc.ConnectionState()
+			attrs = append(attrs, side.key, tls.VersionName(cs.Version)+" "+tls.CipherSuiteName(cs.CipherSuite))
+		}
+	}
+	if len(attrs) == 0 {
+		return
+	}
+	if path == "event loop" && !netloop.LoopsTLS(ss.client, ss.server) {
+		path = "goroutines"
+	}
+	ss.log.Debug("TLS records relayed by "+path, attrs...)
 }

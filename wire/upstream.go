@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // TLSMode is how connections to the server negotiate TLS: libpq's sslmode
@@ -158,7 +160,7 @@ func (s *Server) dialServer(ctx context.Context, a tlsAttempt) (c net.Conn, plai
 			return &certs[0], nil
 		}
 	}
-	tc := tls.Client(raw, cfg)
+	tc := netloop.TLSClient(raw, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = raw.Close()
 		return nil, false, &Error{Kind: KindUpstreamTLS, Code: codeUnableToConnect,
@@ -166,13 +168,13 @@ func (s *Server) dialServer(ctx context.Context, a tlsAttempt) (c net.Conn, plai
 			Err:     fmt.Errorf("%w: %w", errTLSDeclined, err)}
 	}
 	_ = raw.SetDeadline(time.Time{})
-	return &serverTLS{Conn: tc, sentCert: sentCert}, false, nil
+	return &serverTLS{TLSConn: tc, sentCert: sentCert}, false, nil
 }
 
 // serverTLS is a TLS connection to the server that remembers whether the
 // proxy presented its client certificate.
 type serverTLS struct {
-	*tls.Conn
+	*netloop.TLSConn
 	sentCert bool
 }
 

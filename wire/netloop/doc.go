@@ -27,6 +27,10 @@
 //     batch of completions, and the cancelling handover;
 //     ring_linux.go: the ring itself (io_uring_setup, the mapped queues,
 //     the provided-buffer ring) with raw system calls.
+//   - tls.go: TLSConn, a crypto/tls.Conn over a Transport whose source
+//     and sink change with who relays the session (the socket, the pumps'
+//     raw reads and writes, a loop's reader and writer), so that a loop
+//     relays TLS records as it relays plaintext (docs/tls-loop.md).
 //   - park.go: ErrHandover, ErrWantLoop, and the parking that brings a
 //     session back to its loop.
 //   - debug.go, debug_on.go, debug_off.go: the loop-thread check
@@ -36,7 +40,7 @@
 //
 // # A session's states
 //
-//	        startup over, both connections plain sockets
+//	        startup over, both connections sockets or TLSConns
 //	                          │ Relay.Enter
 //	                          ▼
 //	┌─────────────────────► ENTERED

@@ -24,6 +24,10 @@ type Input struct {
 
 	src  *sockReader // under R when the connection is a socket (see Poll); nil otherwise
 	park *parker     // the pump's side of the return to the event loop (park.go); nil: none
+	// tls is the Transport under the tls.Conn that R reads while a loop
+	// relays a TLS side (tls.go); nil otherwise. src is then under the
+	// Transport, not under R.
+	tls *Transport
 }
 
 // NewInput returns an Input reading rd with a buffer of BufferSize.
@@ -112,6 +116,45 @@ type transient string
 func (e transient) Error() string   { return string(e) }
 func (e transient) Timeout() bool   { return false }
 func (e transient) Temporary() bool { return true }
+
+// takeCiphertext returns what the pumps' reader of a TLS side holds
+// from an earlier reader: ciphertext the tls.Conn has not read yet.
+func (in *Input) takeCiphertext() []byte {
+	if in.src == nil || len(in.src.pre) == 0 {
+		return nil
+	}
+	b := in.src.pre
+	in.src.pre = nil
+	return b
+}
+
+// drainTLS reads into R what the tls.Conn that R reads gives without
+// reading the socket: whole records it holds, and the ciphertext the
+// pumps' reader holds. It returns the tls.Conn's error, if any.
+func (in *Input) drainTLS(t *Transport) error {
+	pr := &preReader{}
+	if in.src != nil {
+		pr.pre = &in.src.pre
+	}
+	src, inLoop := t.src, t.inLoop
+	t.setSrc(pr, false)
+	_, err := in.R.Peek(in.R.Buffered() + 1)
+	t.setSrc(src, inLoop)
+	if err == errWouldBlock {
+		return nil
+	}
+	return err
+}
+
+// preReader gives what *pre holds, then errWouldBlock.
+type preReader struct{ pre *[]byte }
+
+func (r *preReader) Read(p []byte) (int, error) {
+	if r.pre == nil || len(*r.pre) == 0 {
+		return 0, errWouldBlock
+	}
+	return takePre(r.pre, p), nil
+}
 
 // takePre copies what *pre still holds into p, first.
 func takePre(pre *[]byte, p []byte) int {

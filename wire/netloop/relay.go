@@ -2,6 +2,7 @@ package netloop
 
 import (
 	"bufio"
+	"net"
 	"sync"
 	"sync/atomic"
 )
@@ -71,8 +72,16 @@ type Relay struct {
 	// last is the Exit of the last turn in a loop, for the pumps (LastExit).
 	last Exit
 	// pending: bytes the loop could not write, per destination; the pumps
-	// write them first (TakePending).
+	// write them first (WritePending). A TLS side's are in its Transport.
 	pending [2][]byte
+	// tls: the TLS connection of a side that entered a loop, and conns,
+	// the connection Enter was given for it, which Leave gives back (the
+	// session goroutine's, between Enter and the pumps' start).
+	tls   [2]*TLSConn
+	conns [2]net.Conn
+	// tlsPending: a TLS side's Transport got bytes the loop could not
+	// write (Leave), until WritePending.
+	tlsPending [2]bool
 
 	state atomic.Uint32 // parked bits and stopping (park.go)
 }
@@ -96,15 +105,34 @@ func (r *Relay) InLoop() bool { return r.inLoop.Load() }
 // LastExit returns how the last turn in a loop ended.
 func (r *Relay) LastExit() Exit { return r.last }
 
-// TakePending returns, once, what the loop could not write to side.
-func (r *Relay) TakePending(side Side) []byte {
+// WritePending writes, once, what the loop could not write to side,
+// before anything else: into bw, to be flushed by the caller, or for a
+// TLS side, its records straight to the socket. It reports whether
+// there was any.
+func (r *Relay) WritePending(side Side, bw *bufio.Writer) (bool, error) {
+	if tc := r.tls[side]; tc != nil {
+		if !r.tlsPending[side] {
+			return false, nil
+		}
+		r.tlsPending[side] = false
+		return true, tc.t.flush()
+	}
 	b := r.pending[side]
+	if b == nil {
+		return false, nil
+	}
 	r.pending[side] = nil
-	return b
+	_, err := bw.Write(b)
+	return true, err
 }
 
 // HasPending reports whether the loop left bytes for side.
-func (r *Relay) HasPending(side Side) bool { return r.pending[side] != nil }
+func (r *Relay) HasPending(side Side) bool {
+	if r.tls[side] != nil {
+		return r.tlsPending[side]
+	}
+	return r.pending[side] != nil
+}
 
 // ResetParking clears the pumps' parked bits before they start again.
 func (r *Relay) ResetParking() { r.state.Store(0) }

@@ -19,17 +19,30 @@ import (
 // (the loop relays the session), at once when err says why the loop
 // refused it.
 func (r *Relay) Enter(lp *Loop, conns [2]net.Conn, cancelled func() bool) (taken bool, err error) {
-	if !loopConn(conns[Client]) || !loopConn(conns[Server]) || !r.in[Client].loopReady() || !r.in[Server].loopReady() {
+	var socks [2]net.Conn
+	for s, c := range conns {
+		socks[s] = c
+		if tc := asTLS(c); tc != nil {
+			// What the tls.Conn decrypts without reading the socket is
+			// brought into the input first: no readiness event would
+			// announce it in the loop.
+			if r.in[s].drainTLS(tc.t) != nil {
+				return false, nil
+			}
+			socks[s] = tc.t.rawConn()
+		}
+	}
+	if !loopConn(socks[Client]) || !loopConn(socks[Server]) || !r.in[Client].loopReady() || !r.in[Server].loopReady() {
 		return false, nil
 	}
 	if r.out[Server].Flush() != nil || r.out[Client].Flush() != nil {
 		return false, nil
 	}
-	cfd, err := dupFD(syscallConn(conns[Client]))
+	cfd, err := dupFD(syscallConn(socks[Client]))
 	if err != nil {
 		return false, nil
 	}
-	sfd, err := dupFD(syscallConn(conns[Server]))
+	sfd, err := dupFD(syscallConn(socks[Server]))
 	if err != nil {
 		closeFD(cfd)
 		return false, nil
@@ -42,16 +55,28 @@ func (r *Relay) Enter(lp *Loop, conns [2]net.Conn, cancelled func() bool) (taken
 		return false, nil
 	}
 	// Closing the net.Conns takes the sockets out of the runtime's poller;
-	// the duplicates keep them open.
-	_ = conns[Client].Close()
-	_ = conns[Server].Close()
+	// the duplicates keep them open. A TLS connection keeps its tls.Conn:
+	// only the socket under it is closed, with no close_notify.
+	_ = socks[Client].Close()
+	_ = socks[Server].Close()
 	r.fd = [2]int{cfd, sfd}
 	r.mu.Unlock()
 
 	for s, fd := range r.fd {
 		in := r.in[s]
-		r.rd[s] = &loopReader{fd: fd, pre: in.takeBuffered()}
 		r.wr[s] = &loopWriter{fd: fd}
+		if tc := asTLS(conns[s]); tc != nil {
+			// The plaintext stays in the input, which goes on reading the
+			// tls.Conn; the ciphertext the pumps' reader held goes to the
+			// loop's reader, under the tls.Conn.
+			r.tls[s], r.conns[s] = tc, conns[s]
+			r.rd[s] = &loopReader{fd: fd, pre: in.takeCiphertext()}
+			in.src, in.tls = nil, tc.t
+			tc.t.enterLoop(r.rd[s], r.wr[s])
+			r.out[s].Reset(tc.rw)
+			continue
+		}
+		r.rd[s] = &loopReader{fd: fd, pre: in.takeBuffered()}
 		in.src = nil
 		in.R.Reset(r.rd[s])
 		r.out[s].Reset(r.wr[s])
@@ -99,7 +124,7 @@ func loopConn(c net.Conn) bool {
 // Leave restores the session after the loop handed it back (or refused
 // it): new net.Conns on the same sockets, the inputs' buffered bytes and
 // read errors kept, the writes the sockets had not taken left for the
-// pumps (TakePending), and the last step error (LastExit). On error the
+// pumps (WritePending), and the last step error (LastExit). On error the
 // connections are gone, and the writers write to closed descriptors:
 // nothing more may be written.
 func (r *Relay) Leave() (conns [2]net.Conn, err error) {
@@ -120,12 +145,25 @@ func (r *Relay) Leave() (conns [2]net.Conn, err error) {
 	conns = [2]net.Conn{client, server}
 	for s, c := range conns {
 		in := r.in[s]
+		tc := r.tls[s]
+		if tc != nil {
+			// The same TLS connection, over the new net.Conn; what the
+			// loop could not write goes before its next record.
+			r.tlsPending[s] = len(r.wr[s].pending) > 0
+			tc.t.leaveLoop(c, r.wr[s].pending)
+			in.tls = nil
+			c, conns[s] = r.conns[s], r.conns[s]
+		}
 		in.UsePoll(c)
 		if in.src != nil {
 			in.src.err = r.rd[s].err
 			// What the loop read and its Input did not take yet (an
 			// io_uring loop's receives), after what it did.
 			in.src.pre = append(in.src.pre, r.rd[s].pre...)
+		}
+		if tc != nil {
+			r.out[s].Reset(tc.rw)
+			continue
 		}
 		// What the sockets did not take is written by the pumps, each
 		// before anything else in its direction, so that neither waits
@@ -166,19 +204,34 @@ func (r *Relay) event(lp *Loop, side Side) {
 // a read error (read again there), a message that does not fit the buffer
 // or has an invalid length (the pumps stream or refuse it), or a step that
 // would wait.
+//
+// A TLS side reads on until its tls.Conn would block: one read of
+// plaintext gives one record's, and the records the tls.Conn holds after
+// the socket was read raise no readiness event. Its Transport reads the
+// socket at most once per turn.
 func (in *Input) loopRead(steps Steps, side Side) error {
-	if _, err := in.R.Peek(in.R.Buffered() + 1); err != nil && err != errWouldBlock {
-		return ErrHandover
+	if in.tls != nil {
+		in.tls.turn()
 	}
 	for {
-		switch in.front() {
-		case frameNone, framePartial:
-			return nil
-		case frameSlow:
+		_, err := in.R.Peek(in.R.Buffered() + 1)
+		if err != nil && err != errWouldBlock {
 			return ErrHandover
 		}
-		if err := steps.Step(side, in.typ()); err != nil {
-			return err
+	steps:
+		for {
+			switch in.front() {
+			case frameNone, framePartial:
+				break steps
+			case frameSlow:
+				return ErrHandover
+			}
+			if err := steps.Step(side, in.typ()); err != nil {
+				return err
+			}
+		}
+		if in.tls == nil || err != nil {
+			return nil
 		}
 	}
 }

@@ -172,6 +172,14 @@ func (w *sockWriter) Write(p []byte) (int, error) {
 // UseSockWriter makes bw write to c through raw system calls (sockWriter)
 // when c is a socket. bw must have been flushed.
 func UseSockWriter(bw *bufio.Writer, c net.Conn) {
+	if tc := asTLS(c); tc != nil {
+		// The records, not the plaintext, go through the raw writes.
+		if w := newSockWriter(tc.t.rawConn()); w != nil {
+			tc.t.setDst(w)
+			bw.Reset(tc.rw)
+		}
+		return
+	}
 	if w := newSockWriter(c); w != nil {
 		bw.Reset(w)
 	}
@@ -180,6 +188,19 @@ func UseSockWriter(bw *bufio.Writer, c net.Conn) {
 // UsePoll switches in to read c through a sockReader (see Poll) when c is
 // a socket, keeping what in had buffered.
 func (in *Input) UsePoll(c net.Conn) {
+	if tc := asTLS(c); tc != nil {
+		// R goes on reading the tls.Conn; the raw reads are the
+		// Transport's, under it.
+		raw := tc.t.rawConn()
+		if in.src != nil && in.src.conn == raw {
+			return
+		}
+		if s := newSockReader(raw, nil); s != nil {
+			in.src = s
+			tc.t.setSrc(s, false)
+		}
+		return
+	}
 	if in.src != nil && in.src.conn == c {
 		return // already (Relay.Leave)
 	}

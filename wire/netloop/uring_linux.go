@@ -533,7 +533,12 @@ func (lp *Loop) enterURing(r *Relay, cfd, sfd int) error {
 	}
 	r.ur = &uringRelay{side: [2]uringSide{{fd: cfd}, {fd: sfd}}}
 	for s := range r.out {
-		r.out[s].Reset(&uringWriter{u: lp.ur, r: r, side: Side(s)})
+		w := &uringWriter{u: lp.ur, r: r, side: Side(s)}
+		if r.in[s].tls != nil {
+			r.tls[s].t.setDst(w) // the plaintext writer stays the tls.Conn's
+		} else {
+			r.out[s].Reset(w)
+		}
 		r.rd[s].fd = -1
 	}
 	lp.mu.Lock()

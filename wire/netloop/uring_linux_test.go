@@ -223,7 +223,7 @@ func TestURingLoopSlowPeerHandsOverUnsentBytes(t *testing.T) {
 	if x.Side != Client || x.Err != nil {
 		t.Fatalf("exit %+v, want the client's side and no error", x)
 	}
-	pending := s.r.TakePending(Server)
+	pending := s.r.pending[Server]
 	if len(pending) == 0 {
 		t.Fatal("handed over with nothing pending for the slow server")
 	}
@@ -279,7 +279,7 @@ func TestURingLoopWriteThenLeaveInOneBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.leave(t)
-		got := s.r.TakePending(Server)
+		got := s.r.pending[Server]
 		if len(got) < len(relayed) {
 			rest := make([]byte, len(relayed)-len(got))
 			_ = s.server.SetReadDeadline(time.Now().Add(10 * time.Second))

@@ -1,0 +1,224 @@
+package netloop
+
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// TLSConn is a TLS connection that an event loop can relay: a
+// crypto/tls.Conn over a Transport. The tls.Conn is the record layer for
+// the connection's whole life; the handshake, the pumps and a loop only
+// change what the Transport reads from and writes to (docs/tls-loop.md).
+type TLSConn struct {
+	*tls.Conn
+	t  *Transport
+	rw *recordWriter // the writer of plaintext under a session's bufio.Writer
+}
+
+// TLSClient returns the client side of a TLS connection over raw, not
+// yet shaken hands.
+func TLSClient(raw net.Conn, cfg *tls.Config) *TLSConn {
+	t := newTransport(raw)
+	return newTLSConn(tls.Client(t, cfg), t)
+}
+
+// TLSServer returns the server side of a TLS connection over raw, not
+// yet shaken hands.
+func TLSServer(raw net.Conn, cfg *tls.Config) *TLSConn {
+	t := newTransport(raw)
+	return newTLSConn(tls.Server(t, cfg), t)
+}
+
+func newTLSConn(tc *tls.Conn, t *Transport) *TLSConn {
+	c := &TLSConn{Conn: tc, t: t}
+	c.rw = &recordWriter{c: c}
+	return c
+}
+
+// loopTLS gives netloop the TLSConn under a connection that embeds one.
+func (c *TLSConn) loopTLS() *TLSConn { return c }
+
+// asTLS returns the TLSConn of c, or nil when c is no TLSConn nor embeds
+// one.
+func asTLS(c net.Conn) *TLSConn {
+	if l, ok := c.(interface{ loopTLS() *TLSConn }); ok {
+		return l.loopTLS()
+	}
+	return nil
+}
+
+// LoopsTLS reports whether a loop can relay the records of conns that
+// are TLS connections: only a TLSConn's (a TLS connection made
+// otherwise stays with the pumps).
+func LoopsTLS(conns ...net.Conn) bool {
+	for _, c := range conns {
+		if _, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok && asTLS(c) == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Transport is the net.Conn under a TLSConn's tls.Conn: the socket during
+// the handshake and for blocking reads, a raw reader while the pumps poll,
+// the loop's reader and writer while a loop relays the session.
+//
+// Reads come from src, by the one goroutine (or loop thread) that reads
+// the tls.Conn. In a loop, a turn reaches the socket at most once (turn,
+// drained), and a read with nothing to give returns errWouldBlock, a
+// temporary error with which tls.Conn keeps a partial record for later.
+//
+// Writes, which tls.Conn makes record by record under its own lock, go to
+// dst under wmu. While collect is set (recordWriter), records are queued
+// and go out as one write; queue also holds what a loop could not write,
+// so that it leaves before any later record.
+type Transport struct {
+	mu  sync.Mutex // guards raw: deadlines come from other goroutines
+	raw net.Conn   // the socket; closed while a loop holds its descriptor
+
+	src     io.Reader
+	inLoop  bool // src is a loop's reader
+	drained bool // in a loop: this turn has read what the socket had
+
+	wmu     sync.Mutex
+	dst     io.Writer
+	collect bool
+	queue   []byte
+	werr    error // a write error of the queue: every later write fails
+}
+
+func newTransport(raw net.Conn) *Transport {
+	return &Transport{raw: raw, src: raw, dst: raw}
+}
+
+// rawConn returns the socket's current net.Conn.
+func (t *Transport) rawConn() net.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.raw
+}
+
+func (t *Transport) Read(p []byte) (int, error) {
+	if !t.inLoop {
+		return t.src.Read(p)
+	}
+	if t.drained {
+		return 0, errWouldBlock
+	}
+	n, err := t.src.Read(p)
+	if n < len(p) {
+		// A short read emptied the socket (or what a receive brought):
+		// another would only find EAGAIN. Level-triggered readiness, or
+		// the next receive, reports what comes later.
+		t.drained = true
+	}
+	return n, err
+}
+
+// turn starts a loop turn: the socket may be read once more.
+func (t *Transport) turn() { t.drained = false }
+
+func (t *Transport) Write(p []byte) (int, error) {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if t.werr != nil {
+		return 0, t.werr
+	}
+	if t.collect {
+		t.queue = append(t.queue, p...)
+		return len(p), nil
+	}
+	if len(t.queue) == 0 {
+		return t.dst.Write(p)
+	}
+	t.queue = append(t.queue, p...)
+	if err := t.flushLocked(); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// flushLocked writes the queue to dst in one write. wmu held.
+func (t *Transport) flushLocked() error {
+	if t.werr != nil {
+		return t.werr
+	}
+	if len(t.queue) == 0 {
+		return nil
+	}
+	_, err := t.dst.Write(t.queue)
+	t.queue = t.queue[:0]
+	if err != nil {
+		t.werr = err
+	}
+	return err
+}
+
+// flush writes what is queued (what a loop could not write), for a pump
+// that starts.
+func (t *Transport) flush() error {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	return t.flushLocked()
+}
+
+// setSrc and setDst change where the Transport reads and writes; the
+// caller owns the connection (no pump nor loop uses it).
+func (t *Transport) setSrc(r io.Reader, inLoop bool) { t.src, t.inLoop, t.drained = r, inLoop, false }
+
+func (t *Transport) setDst(w io.Writer) {
+	t.wmu.Lock()
+	t.dst = w
+	t.wmu.Unlock()
+}
+
+// enterLoop makes the loop's reader and writer the Transport's.
+func (t *Transport) enterLoop(rd io.Reader, wr io.Writer) {
+	t.setSrc(rd, true)
+	t.setDst(wr)
+}
+
+// leaveLoop makes raw, a new net.Conn on the socket the loop held, the
+// Transport's; pending, what the loop could not write, goes before any
+// later record.
+func (t *Transport) leaveLoop(raw net.Conn, pending []byte) {
+	t.mu.Lock()
+	t.raw = raw
+	t.mu.Unlock()
+	t.setSrc(raw, false)
+	t.wmu.Lock()
+	t.dst = raw
+	t.queue = append(pending, t.queue...)
+	t.wmu.Unlock()
+}
+
+func (t *Transport) Close() error                       { return t.rawConn().Close() }
+func (t *Transport) LocalAddr() net.Addr                { return t.rawConn().LocalAddr() }
+func (t *Transport) RemoteAddr() net.Addr               { return t.rawConn().RemoteAddr() }
+func (t *Transport) SetDeadline(d time.Time) error      { return t.rawConn().SetDeadline(d) }
+func (t *Transport) SetReadDeadline(d time.Time) error  { return t.rawConn().SetReadDeadline(d) }
+func (t *Transport) SetWriteDeadline(d time.Time) error { return t.rawConn().SetWriteDeadline(d) }
+
+// recordWriter writes plaintext to its TLSConn with one write to the
+// Transport's dst for all the records of each call: a flush of the
+// session's bufio.Writer is one send, however many records it makes.
+type recordWriter struct{ c *TLSConn }
+
+func (w *recordWriter) Write(p []byte) (int, error) {
+	t := w.c.t
+	t.wmu.Lock()
+	t.collect = true
+	t.wmu.Unlock()
+	n, err := w.c.Conn.Write(p)
+	t.wmu.Lock()
+	t.collect = false
+	ferr := t.flushLocked()
+	t.wmu.Unlock()
+	if err == nil {
+		err = ferr
+	}
+	return n, err
+}
