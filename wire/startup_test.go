@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"strconv"
@@ -68,9 +69,18 @@ func selfSigned(t *testing.T) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 }
 
+// TestTLS: clients on TLS and in plaintext, with the event loops and
+// without.
 func TestTLS(t *testing.T) {
 	srv := pgtest.Shared(t)
-	p := startProxy(t, srv, Config{TLSConfig: selfSigned(t)})
+	forTLSRelays(t, func(t *testing.T, base Config) { clientTLS(t, srv, base) })
+}
+
+func clientTLS(t *testing.T, srv *pgserver.Server, base Config) {
+	logs := &pgtest.SyncBuffer{}
+	base.TLSConfig = selfSigned(t)
+	base.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p := startProxy(t, srv, base)
 	for _, mode := range []string{"require", "disable", "prefer"} {
 		url := strings.Replace(p.url(srv, "postgres"), "sslmode=disable", "sslmode="+mode, 1)
 		c, err := pgconn.Connect(ctxT(t), url)
@@ -87,8 +97,9 @@ func TestTLS(t *testing.T) {
 		}
 		_ = c.Close(ctxT(t))
 	}
+	checkTLSRelay(t, p, base, logs)
 	// Without a certificate SSLRequest is answered N: require fails, prefer works.
-	plain := startProxy(t, srv, Config{})
+	plain := startProxy(t, srv, Config{EventLoops: base.EventLoops, EventLoopIO: base.EventLoopIO})
 	url := strings.Replace(plain.url(srv, "postgres"), "sslmode=disable", "sslmode=require", 1)
 	if _, err := pgconn.Connect(ctxT(t), url); err == nil {
 		t.Fatal("sslmode=require accepted without TLS")

@@ -71,17 +71,51 @@ func verifying(ca *pgtest.CA, name string) *tls.Config {
 
 func unverified() *tls.Config { return &tls.Config{InsecureSkipVerify: true} }
 
-// tlsProxy starts a proxy in front of srv with the given upstream TLS
-// settings; its log goes to the returned buffer.
-func tlsProxy(t *testing.T, srv *pgserver.Server, mode TLSMode, cfg *tls.Config, clientTLS *tls.Config) (*proxy, *pgtest.SyncBuffer) {
+// tlsRelays are the ways a TLS session can be relayed; the TLS tests run
+// each: the event loops (io_uring where the kernel allows it, and epoll),
+// and the goroutines alone.
+var tlsRelays = []struct {
+	name string
+	cfg  Config
+}{
+	{"loop", Config{}},
+	{"loop_epoll", Config{EventLoopIO: "epoll"}},
+	{"goroutines", Config{EventLoops: -1}},
+}
+
+// forTLSRelays runs f once per way of relaying, as subtests; base is the
+// proxy configuration to start from.
+func forTLSRelays(t *testing.T, f func(t *testing.T, base Config)) {
+	for _, r := range tlsRelays {
+		t.Run(r.name, func(t *testing.T) { f(t, r.cfg) })
+	}
+}
+
+// checkTLSRelay fails the test when base has event loops and no session
+// of p entered one (the TLS records were not relayed by a loop), or when
+// the log says a TLS session was relayed by another path than base's.
+func checkTLSRelay(t *testing.T, p *proxy, base Config, logs *pgtest.SyncBuffer) {
+	t.Helper()
+	want, other := "TLS records relayed by event loop", "TLS records relayed by goroutines"
+	if base.EventLoops < 0 || !EventLoopsAvailable {
+		want, other = other, want
+	} else {
+		waitUntil(t, "a session in an event loop", func() bool { return p.Stats().LoopEntries > 0 })
+	}
+	if logs != nil && (!strings.Contains(logs.String(), want) || strings.Contains(logs.String(), other)) {
+		t.Fatalf("the log does not say %q alone:\n%s", want, logs)
+	}
+}
+
+// tlsProxy starts a proxy from base in front of srv with the given
+// upstream TLS settings; its log goes to the returned buffer.
+func tlsProxy(t *testing.T, base Config, srv *pgserver.Server, mode TLSMode, cfg *tls.Config, clientTLS *tls.Config) (*proxy, *pgtest.SyncBuffer) {
 	t.Helper()
 	logs := &pgtest.SyncBuffer{}
-	p := startProxy(t, srv, Config{
-		Upstream:  Upstream{Network: "tcp", Address: srv.Addr(), TLSMode: mode, TLS: cfg},
-		TLSConfig: clientTLS,
-		Logger:    slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
-	return p, logs
+	base.Upstream = Upstream{Network: "tcp", Address: srv.Addr(), TLSMode: mode, TLS: cfg}
+	base.TLSConfig = clientTLS
+	base.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return startProxy(t, srv, base), logs
 }
 
 // userURL is a URL through p as user with password, plaintext to the
@@ -158,39 +192,48 @@ func TestUpstreamTLSModes(t *testing.T) {
 		{"other-host/verify-full", s.otherHost, TLSRequire, verifying(s.ca, "127.0.0.1"), "postgres", false, "08001", "certificate"},
 		{"other-host/prefer", s.otherHost, TLSPrefer, unverified(), "postgres", true, "", ""},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			p, logs := tlsProxy(t, tc.srv, tc.mode, tc.tls, nil)
-			pw := ""
-			if tc.srv == s.hostssl {
-				pw = tlsPassword
+	forTLSRelays(t, func(t *testing.T, base Config) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				upstreamTLSMode(t, s, base, tc.srv, tc.mode, tc.tls, tc.user, tc.wantSSL, tc.code, tc.msg)
+			})
+		}
+	})
+}
+
+func upstreamTLSMode(t *testing.T, s *tlsServers, base Config, srv *pgserver.Server, mode TLSMode, cfg *tls.Config, user string, wantSSL bool, code, msg string) {
+	p, logs := tlsProxy(t, base, srv, mode, cfg, nil)
+	pw := ""
+	if srv == s.hostssl {
+		pw = tlsPassword
+	}
+	ssl, err := sessionSSL(t, p.userURL(user, pw, "postgres"))
+	if code == "" {
+		if err != nil {
+			t.Fatalf("session refused: %v\nproxy log:\n%s", err, logs)
+		}
+		if ssl != wantSSL {
+			t.Fatalf("pg_stat_ssl.ssl = %v, want %v", ssl, wantSSL)
+		}
+		if wantSSL {
+			checkTLSRelay(t, p, base, logs)
+		}
+		return
+	}
+	if pgCode(err) != code || !strings.Contains(err.Error(), msg) {
+		t.Fatalf("want SQLSTATE %s with %q, got %v", code, msg, err)
+	}
+	if code == "08001" {
+		// The session logs why after the client got its FATAL
+		// (regression: read at once, the line was sometimes not
+		// written yet on a loaded machine).
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(logs.String(), msg) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the proxy's log does not say why:\n%s", logs)
 			}
-			ssl, err := sessionSSL(t, p.userURL(tc.user, pw, "postgres"))
-			if tc.code == "" {
-				if err != nil {
-					t.Fatalf("session refused: %v\nproxy log:\n%s", err, logs)
-				}
-				if ssl != tc.wantSSL {
-					t.Fatalf("pg_stat_ssl.ssl = %v, want %v", ssl, tc.wantSSL)
-				}
-				return
-			}
-			if pgCode(err) != tc.code || !strings.Contains(err.Error(), tc.msg) {
-				t.Fatalf("want SQLSTATE %s with %q, got %v", tc.code, tc.msg, err)
-			}
-			if tc.code == "08001" {
-				// The session logs why after the client got its FATAL
-				// (regression: read at once, the line was sometimes not
-				// written yet on a loaded machine).
-				deadline := time.Now().Add(10 * time.Second)
-				for !strings.Contains(logs.String(), tc.msg) {
-					if time.Now().After(deadline) {
-						t.Fatalf("the proxy's log does not say why:\n%s", logs)
-					}
-					time.Sleep(time.Millisecond) // polling a condition with a deadline
-				}
-			}
-		})
+			time.Sleep(time.Millisecond) // polling a condition with a deadline
+		}
 	}
 }
 
@@ -198,7 +241,11 @@ func TestUpstreamTLSModes(t *testing.T) {
 // TLS, and reaches a server that takes only TLS.
 func TestUpstreamTLSCancel(t *testing.T) {
 	s := upstreamServers(t)
-	p, _ := tlsProxy(t, s.hostssl, TLSRequire, verifying(s.ca, "localhost"), nil)
+	forTLSRelays(t, func(t *testing.T, base Config) { upstreamTLSCancel(t, s, base) })
+}
+
+func upstreamTLSCancel(t *testing.T, s *tlsServers, base Config) {
+	p, logs := tlsProxy(t, base, s.hostssl, TLSRequire, verifying(s.ca, "localhost"), nil)
 	c, err := pgconn.Connect(ctxT(t), p.userURL("postgres", tlsPassword, "postgres"))
 	if err != nil {
 		t.Fatal(err)
@@ -225,6 +272,7 @@ func TestUpstreamTLSCancel(t *testing.T) {
 	if pgCode(got) != "57014" {
 		t.Fatalf("want 57014 query_canceled, got %v", got)
 	}
+	checkTLSRelay(t, p, base, logs)
 }
 
 // TestUpstreamSCRAMChannelBinding: the server offers SCRAM-SHA-256-PLUS
@@ -236,11 +284,16 @@ func TestUpstreamTLSCancel(t *testing.T) {
 // PgBouncer.
 func TestUpstreamSCRAMChannelBinding(t *testing.T) {
 	s := upstreamServers(t)
-	p, _ := tlsProxy(t, s.hostssl, TLSRequire, verifying(s.ca, "localhost"), selfSigned(t))
+	forTLSRelays(t, func(t *testing.T, cfg Config) { upstreamSCRAMChannelBinding(t, s, cfg) })
+}
+
+func upstreamSCRAMChannelBinding(t *testing.T, s *tlsServers, cfg Config) {
+	p, logs := tlsProxy(t, cfg, s.hostssl, TLSRequire, verifying(s.ca, "localhost"), selfSigned(t))
 	base := p.userURL("postgres", tlsPassword, "postgres")
 	if _, err := sessionSSL(t, base); err != nil {
 		t.Fatalf("plaintext client: %v", err)
 	}
+	checkTLSRelay(t, p, cfg, logs)
 	onTLS := strings.Replace(base, "sslmode=disable", "sslmode=require", 1)
 	_, err := sessionSSL(t, onTLS)
 	if pgCode(err) != "28000" || !strings.Contains(err.Error(), "channel_binding=disable") {
@@ -262,12 +315,17 @@ func TestUpstreamSCRAMChannelBinding(t *testing.T) {
 // is refused: the proxy does not lend its credentials to clients.
 func TestUpstreamClientCertificate(t *testing.T) {
 	s := upstreamServers(t)
+	forTLSRelays(t, func(t *testing.T, base Config) { upstreamClientCertificate(t, s, base) })
+}
+
+func upstreamClientCertificate(t *testing.T, s *tlsServers, base Config) {
 	withCert := verifying(s.ca, "localhost")
 	withCert.Certificates = []tls.Certificate{s.clientCert.TLS(t)}
-	p, logs := tlsProxy(t, s.hostssl, TLSRequire, withCert, nil)
+	p, logs := tlsProxy(t, base, s.hostssl, TLSRequire, withCert, nil)
 	if _, err := sessionSSL(t, p.userURL("certpw", tlsPassword, "postgres")); err != nil {
 		t.Fatalf("password session with the proxy's certificate: %v", err)
 	}
+	checkTLSRelay(t, p, base, logs)
 	if _, err := sessionSSL(t, p.userURL("certpw", "wrong", "postgres")); pgCode(err) != "28P01" {
 		t.Fatalf("wrong password: want the server's 28P01, got %v", err)
 	}
@@ -280,7 +338,7 @@ func TestUpstreamClientCertificate(t *testing.T) {
 	}
 	// Without a certificate the server refuses clientcert=verify-ca:
 	// the certificate above was really presented.
-	q, _ := tlsProxy(t, s.hostssl, TLSRequire, verifying(s.ca, "localhost"), nil)
+	q, _ := tlsProxy(t, base, s.hostssl, TLSRequire, verifying(s.ca, "localhost"), nil)
 	if _, err := sessionSSL(t, q.userURL("certpw", tlsPassword, "postgres")); pgCode(err) != "28000" {
 		t.Fatalf("no certificate: want the server's 28000, got %v", err)
 	}
