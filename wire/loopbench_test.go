@@ -4,8 +4,10 @@ package wire
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -15,28 +17,57 @@ import (
 )
 
 // BenchmarkRelayLoop relays round trips through a session in an event
-// loop, in steady state, with and without a Rewriter: a client writes a
-// Bind/Execute/Sync pipeline, a stand-in server answers BindComplete,
-// DataRow, CommandComplete, ReadyForQuery, and the client reads the answer
-// before the next. Allocations are per round trip (the loop thread
-// included): 0.
+// loop, in steady state, with and without a Rewriter, in plaintext and
+// with TLS on both sides: a client writes a Bind/Execute/Sync pipeline, a
+// stand-in server answers BindComplete, DataRow, CommandComplete,
+// ReadyForQuery, and the client reads the answer before the next.
+// Allocations are per round trip (the loop thread included): 0 in
+// plaintext. With TLS, crypto/tls allocates its reader of the socket
+// (readFromUntil's atLeastReader) at each read of the transport: per
+// batch and side, not per message (docs/tls-loop.md); the test's own TLS
+// client and server count too.
 func BenchmarkRelayLoop(b *testing.B) {
 	for _, io := range []string{"epoll", "io_uring"} {
 		b.Run(io, func(b *testing.B) {
 			if io == "io_uring" && netloop.URingAvailable() != nil {
 				testenv.CannotRun(b, "io_uring is not available: %v", netloop.URingAvailable())
 			}
-			runTracked(b, func(b *testing.B, track bool) { benchRelayLoop(b, io, track) })
+			runTracked(b, func(b *testing.B, track bool) { benchRelayLoop(b, io, track, false) })
+			b.Run("tls", func(b *testing.B) {
+				runTracked(b, func(b *testing.B, track bool) { benchRelayLoop(b, io, track, true) })
+			})
 		})
 	}
 }
 
-func benchRelayLoop(b *testing.B, loopIO string, track bool) {
+// tlsPairs puts TLS on both sides of a benchmark session: the client's
+// connection to the proxy (in), the proxy's to the server (out). It
+// returns the test's ends, shaken hands.
+func tlsPairs(b testing.TB, client, in, out, server net.Conn) (c, i, o, s net.Conn) {
+	cfg := selfSigned(b)
+	cl := &tls.Config{InsecureSkipVerify: true}
+	tc, ti := tls.Client(client, cl), netloop.TLSServer(in, cfg)
+	to, ts := netloop.TLSClient(out, cl), tls.Server(server, cfg)
+	errs := make(chan error, 2)
+	go func() { errs <- tc.Handshake() }()
+	go func() { errs <- ts.Handshake() }()
+	for _, err := range []error{ti.Handshake(), to.Handshake(), <-errs, <-errs} {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return tc, ti, to, ts
+}
+
+func benchRelayLoop(b *testing.B, loopIO string, track, withTLS bool) {
 	request := encodeAll(&pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	answer := encodeAll(&pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("42")}},
 		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 	client, in := netloop.SocketPair(b)
 	out, server := netloop.SocketPair(b)
+	if withTLS {
+		client, in, out, server = tlsPairs(b, client, in, out, server)
+	}
 	cfg := Config{Upstream: Upstream{Address: "unused"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), EventLoops: 1, EventLoopIO: loopIO}
 	if track {
 		cfg.Rewriter = &fakeRewriter{plans: snowflakePlans()}

@@ -54,7 +54,7 @@ func TestAuthMethods(t *testing.T) {
 	}
 }
 
-func selfSigned(t *testing.T) *tls.Config {
+func selfSigned(t testing.TB) *tls.Config {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
