@@ -19,6 +19,7 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/internal/app"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
 	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
+	"github.com/snowflake-proxy/snowflake-proxy/wire"
 )
 
 const managedPassword = "Managed-pw-7f3a"
@@ -47,15 +48,27 @@ func managedServer(t *testing.T) (srv *pgserver.Server, caFile string) {
 // every session and every control connection of the proxy is encrypted,
 // the fast path works, and the password shows up nowhere in the proxy's
 // output.
+//
+// It runs with the event loops relaying the sessions' TLS records, and
+// with the loops off (every session on its goroutines).
 func TestManagedPostgres(t *testing.T) {
 	t.Parallel()
 	srv, caFile := managedServer(t)
+	for _, c := range []struct {
+		name  string
+		loops int
+	}{{"loops", 0}, {"goroutines", -1}} {
+		t.Run(c.name, func(t *testing.T) { managedPostgres(t, srv, caFile, c.loops) })
+	}
+}
+
+func managedPostgres(t *testing.T, srv *pgserver.Server, caFile string, loops int) {
 	upstream := fmt.Sprintf("postgres://postgres:%s@localhost:%d/postgres?sslmode=verify-full&sslrootcert=%s",
 		managedPassword, srv.Port(), url.QueryEscape(caFile))
 	logs := &pgtest.SyncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a, err := app.Start(ctx, app.Config{Listen: "127.0.0.1:0", Upstream: upstream, Node: 7,
+	a, err := app.Start(ctx, app.Config{Listen: "127.0.0.1:0", Upstream: upstream, Node: 7, EventLoops: loops,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +138,13 @@ func TestManagedPostgres(t *testing.T) {
 
 	if strings.Contains(logs.String(), managedPassword) {
 		t.Fatalf("the password appears in the proxy's log:\n%s", logs)
+	}
+	want, other := "TLS records relayed by event loop", "TLS records relayed by goroutines"
+	if loops < 0 || !wire.EventLoopsAvailable {
+		want, other = other, want
+	}
+	if !strings.Contains(logs.String(), want) || strings.Contains(logs.String(), other) {
+		t.Fatalf("the log does not say %q alone:\n%s", want, logs)
 	}
 }
 
