@@ -91,7 +91,7 @@ func (h *harness) run(ctx context.Context) error {
 	h.proxy = &proxyTarget{bin: b.bin, upstream: upstream, dir: h.dir, extra: h.cfg.proxyArgs, err: b.err}
 	if h.cfg.upstream == upTLS {
 		h.proxy.verify = func(ctx context.Context, port int) error {
-			_, err := checkProxyTLS(ctx, port, h.srv.Port())
+			_, err := checkProxyTLS(ctx, port, "disable", h.srv.Port())
 			return err
 		}
 	}
@@ -114,7 +114,7 @@ func (h *harness) run(ctx context.Context) error {
 	if h.proxy.err == nil {
 		proxyPort = h.proxy.port
 	}
-	for _, n := range setupDatabase(ctx, proxyPort, h.srv.Port()) {
+	for _, n := range setupDatabase(ctx, proxyPort, "disable", h.srv.Port()) {
 		fmt.Println("bench: " + n)
 		h.notes = append(h.notes, n)
 	}

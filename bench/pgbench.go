@@ -35,6 +35,7 @@ type pgbenchRun struct {
 	Mode     string // simple or prepared
 	Clients  int
 	Duration time.Duration
+	SSLMode  string // libpq's sslmode (clientSSLMode); "" is disable
 }
 
 func (r pgbenchRun) args() []string {
@@ -53,6 +54,15 @@ func (r pgbenchRun) args() []string {
 	return append(a, benchDB)
 }
 
+// env is what pgbench gets on top of the harness's environment.
+func (r pgbenchRun) env() []string {
+	sslmode := r.SSLMode
+	if sslmode == "" {
+		sslmode = "disable"
+	}
+	return []string{"PGSSLMODE=" + sslmode, "PGCONNECT_TIMEOUT=10"}
+}
+
 // runPgbench runs pgbench and parses its summary. A failed run (non-zero
 // exit, aborted clients, no summary) returns its error in the measurement.
 // With cpu, and a run of at least cpuMinDuration, it also reads the CPU
@@ -61,7 +71,7 @@ func runPgbench(ctx context.Context, r pgbenchRun, cpu *cpuParts) measurement {
 	ctx, cancel := context.WithTimeout(ctx, r.Duration+pgbenchSlack)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "pgbench", r.args()...)
-	cmd.Env = append(os.Environ(), "PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10")
+	cmd.Env = append(os.Environ(), r.env()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second

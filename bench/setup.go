@@ -33,16 +33,17 @@ var (
 )
 
 // setupDatabase prepares the bench database through the proxy (proxyPort 0:
-// the proxy is unavailable). It returns notes for the report: fallbacks
-// taken and failures that will show up as errors in the table.
-func setupDatabase(ctx context.Context, proxyPort, directPort int) []string {
+// the proxy is unavailable), whose clients use proxySSLMode. It returns
+// notes for the report: fallbacks taken and failures that will show up as
+// errors in the table.
+func setupDatabase(ctx context.Context, proxyPort int, proxySSLMode string, directPort int) []string {
 	var notes []string
 	var proxyConn *pgx.Conn
 	var proxyErr error
 	if proxyPort == 0 {
 		proxyErr = fmt.Errorf("proxy unavailable")
 	} else {
-		proxyConn, proxyErr = connect(ctx, proxyPort)
+		proxyConn, proxyErr = connectSSL(ctx, proxyPort, proxySSLMode)
 	}
 	if proxyConn != nil {
 		defer proxyConn.Close(context.Background())
@@ -77,21 +78,28 @@ func setupDatabase(ctx context.Context, proxyPort, directPort int) []string {
 		}
 	}
 	if proxyErr == nil {
-		err := pgbenchInit(ctx, proxyPort)
+		err := pgbenchInit(ctx, proxyPort, proxySSLMode)
 		if err == nil {
 			return notes
 		}
 		notes = append(notes, fmt.Sprintf("pgbench -i through the proxy failed, done direct: %s", oneLine(err.Error())))
 	}
-	if err := pgbenchInit(ctx, directPort); err != nil {
+	if err := pgbenchInit(ctx, directPort, "disable"); err != nil {
 		notes = append(notes, fmt.Sprintf("pgbench -i failed direct: %s", oneLine(err.Error())))
 	}
 	return notes
 }
 
-// connect opens a simple-protocol connection to bench on 127.0.0.1:port.
+// connect opens a simple-protocol connection to bench on 127.0.0.1:port
+// without TLS.
 func connect(ctx context.Context, port int) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=10", port, benchDB))
+	return connectSSL(ctx, port, "disable")
+}
+
+// connectSSL is connect with sslmode (disable, or require for a relay in
+// a -client-tls run).
+func connectSSL(ctx context.Context, port int, sslmode string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=%s&connect_timeout=10", port, benchDB, sslmode))
 	if err != nil {
 		return nil, err
 	}
@@ -106,12 +114,12 @@ func execTimeout(ctx context.Context, conn *pgx.Conn, sql string) error {
 	return err
 }
 
-// pgbenchInit runs pgbench -i -s 1 on 127.0.0.1:port.
-func pgbenchInit(ctx context.Context, port int) error {
+// pgbenchInit runs pgbench -i -s 1 on 127.0.0.1:port with sslmode.
+func pgbenchInit(ctx context.Context, port int, sslmode string) error {
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "pgbench", "-i", "-q", "-s", "1", "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "postgres", benchDB)
-	cmd.Env = append(os.Environ(), "PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10")
+	cmd.Env = append(os.Environ(), "PGSSLMODE="+sslmode, "PGCONNECT_TIMEOUT=10")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%v: %s", err, oneLine(lastN(string(out), 300)))

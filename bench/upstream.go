@@ -213,11 +213,11 @@ func proxyControlTLS(ctx context.Context, conn *pgx.Conn) (int, error) {
 	return all, nil
 }
 
-// relayTLS opens a session through the relay on 127.0.0.1:port and
-// returns its server leg's TLS version and cipher, or why it is not
-// encrypted.
-func relayTLS(ctx context.Context, port int) (string, error) {
-	conn, err := connect(ctx, port)
+// relayTLS opens a session through the relay on 127.0.0.1:port, with
+// sslmode between the harness and the relay, and returns its server leg's
+// TLS version and cipher, or why it is not encrypted.
+func relayTLS(ctx context.Context, port int, sslmode string) (string, error) {
+	conn, err := connectSSL(ctx, port, sslmode)
 	if err != nil {
 		return "", err
 	}
@@ -225,11 +225,11 @@ func relayTLS(ctx context.Context, port int) (string, error) {
 	return sessionTLS(ctx, conn)
 }
 
-// checkProxyTLS checks a session through the proxy on port and the
-// proxy's control connections, seen from a direct connection to the
-// server on serverPort.
-func checkProxyTLS(ctx context.Context, port, serverPort int) (string, error) {
-	session, err := relayTLS(ctx, port)
+// checkProxyTLS checks a session through the proxy on port (its client
+// with sslmode) and the proxy's control connections, seen from a direct
+// connection to the server on serverPort.
+func checkProxyTLS(ctx context.Context, port int, sslmode string, serverPort int) (string, error) {
+	session, err := relayTLS(ctx, port, sslmode)
 	if err != nil {
 		return "", fmt.Errorf("session through the proxy: %w", err)
 	}
@@ -254,7 +254,7 @@ func (h *harness) verifyUpstreamTLS(ctx context.Context) {
 		return
 	}
 	if h.proxy.err == nil {
-		what, err := checkProxyTLS(ctx, h.proxy.port, h.srv.Port())
+		what, err := checkProxyTLS(ctx, h.proxy.port, "disable", h.srv.Port())
 		if err != nil {
 			h.proxy.err = fmt.Errorf("upstream TLS check failed, proxy not measured: %w", err)
 			fmt.Println("bench: " + h.proxy.err.Error())
@@ -264,7 +264,7 @@ func (h *harness) verifyUpstreamTLS(ctx context.Context) {
 		}
 	}
 	if h.pgb.up() {
-		what, err := relayTLS(ctx, h.pgb.port)
+		what, err := relayTLS(ctx, h.pgb.port, "disable")
 		if err != nil {
 			h.pgb.fail(fmt.Sprintf("PgBouncer upstream TLS check failed, its column is left out: session through PgBouncer: %v", err))
 		} else {

@@ -169,7 +169,7 @@ func TestRelayTLSRefusesPlaintextRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, port := runFloor(t, ctx, floorEpoll, tlsRunServer(t, ctx))
-	if what, err := relayTLS(ctx, port); !errors.Is(err, errPlaintext) {
+	if what, err := relayTLS(ctx, port, "disable"); !errors.Is(err, errPlaintext) {
 		t.Fatalf("session through a plaintext relay: %q, %v; want errPlaintext", what, err)
 	}
 }
