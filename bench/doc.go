@@ -15,7 +15,10 @@
 //     both reach the server over TCP with TLS instead, on a certificate
 //     made for the run, and are checked to be encrypted before anything
 //     is measured; -upstream-tcp is the same TCP path in plaintext
-//     (upstream.go).
+//     (upstream.go). With -client-tls, combinable with either, pgbench
+//     reaches both relays over TLS on a certificate made for the run,
+//     each relay refusing clients without TLS, checked the same way
+//     (clienttls.go).
 //  2. Sets up the database through the proxy: CREATE EXTENSION snowflake,
 //     t_sf, t_serial, sequence s, pgbench -i -s 1 (setup.go).
 //  3. Runs pgbench for every workload x protocol mode x client count, the

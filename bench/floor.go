@@ -80,6 +80,9 @@ func (h *harness) startFloorRelays(ctx context.Context) {
 		case h.cfg.upstream != upSocket:
 			skip = r.side.name + " not run (" + h.cfg.upstream.flag() + "): it relays to the server's Unix socket only, in plaintext, so it is no floor for relays on TCP"
 			fmt.Println("bench: " + skip)
+		case h.cfg.clientTLS:
+			skip = r.side.name + " not run (-client-tls): it does not terminate TLS, so it is no floor for relays that do"
+			fmt.Println("bench: " + skip)
 		}
 		f := r.floor
 		started := r.side.start(skip, func() (*proc, int, error) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,11 @@ type harness struct {
 	// tlsSeen is what the upstream TLS check saw (upstream.go), for the
 	// report.
 	tlsSeen []string
+	// relayCert is what the relays serve clients with in a -client-tls
+	// run, nil otherwise; clientTLSSeen is what its check saw
+	// (clienttls.go).
+	relayCert     *relayCert
+	clientTLSSeen []string
 }
 
 // run starts the stack, sets up, measures and reports.
@@ -68,6 +74,13 @@ func (h *harness) run(ctx context.Context) error {
 	if k := h.cfg.upstream; k != upSocket {
 		fmt.Printf("bench: %s: the proxy and PgBouncer reach the server over %s\n", k.flag(), k.describe())
 	}
+	if h.cfg.clientTLS {
+		fmt.Printf("bench: -client-tls: %s\n", describeClients(true))
+		if h.relayCert, err = writeRelayCert(clientTLSDir(h.dir)); err != nil {
+			<-buildDone
+			return err
+		}
+	}
 	fmt.Println("bench: starting PostgreSQL")
 	if h.srv, err = startPostgres(ctx, h.dir, h.cfg.upstream); err != nil {
 		<-buildDone
@@ -88,11 +101,21 @@ func (h *harness) run(ctx context.Context) error {
 
 	fmt.Println("bench: building the proxy (go build ./cmd/snowflake-proxy)")
 	b := <-buildDone
-	h.proxy = &proxyTarget{bin: b.bin, upstream: upstream, dir: h.dir, extra: h.cfg.proxyArgs, err: b.err}
-	if h.cfg.upstream == upTLS {
+	// -proxy-args last: they may override the harness's own flags.
+	extra := append(proxyClientTLSArgs(h.relayCert), h.cfg.proxyArgs...)
+	h.proxy = &proxyTarget{bin: b.bin, upstream: upstream, dir: h.dir, extra: extra, err: b.err}
+	if h.cfg.upstream == upTLS || h.cfg.clientTLS {
 		h.proxy.verify = func(ctx context.Context, port int) error {
-			_, err := checkProxyTLS(ctx, port, "disable", h.srv.Port())
-			return err
+			if h.cfg.clientTLS {
+				if _, err := checkClientTLS(ctx, port); err != nil {
+					return fmt.Errorf("client TLS: %w", err)
+				}
+			}
+			if h.cfg.upstream == upTLS {
+				_, err := checkProxyTLS(ctx, port, h.relaySSLMode(), h.srv.Port())
+				return err
+			}
+			return nil
 		}
 	}
 	if b.err == nil {
@@ -114,12 +137,13 @@ func (h *harness) run(ctx context.Context) error {
 	if h.proxy.err == nil {
 		proxyPort = h.proxy.port
 	}
-	for _, n := range setupDatabase(ctx, proxyPort, "disable", h.srv.Port()) {
+	for _, n := range setupDatabase(ctx, proxyPort, h.relaySSLMode(), h.srv.Port()) {
 		fmt.Println("bench: " + n)
 		h.notes = append(h.notes, n)
 	}
 	// After setup, so that the proxy's control connections are open.
 	h.verifyUpstreamTLS(ctx)
+	h.verifyClientTLS(ctx)
 
 	runErr := h.measure(ctx, wls)
 	h.writeReport(wls, runErr)
@@ -139,10 +163,13 @@ func (h *harness) startPgBouncer(ctx context.Context) {
 		if bin, err = findPgBouncer(ctx); err != nil {
 			return nil, 0, err
 		}
-		return startPgBouncer(ctx, bin, h.dir, h.cfg.upstream, h.srv.SocketDir(), h.srv.Port())
+		return startPgBouncer(ctx, bin, h.dir, h.cfg.upstream, h.relayCert, h.srv.SocketDir(), h.srv.Port())
 	})
 	if started {
 		h.mach.PgBouncer = pgbouncerVersion(bin) + ", pool_mode=session, default_pool_size=20, auth_type=trust, upstream " + h.cfg.upstream.describe()
+		if h.relayCert != nil {
+			h.mach.PgBouncer += ", clients client_tls_sslmode = require"
+		}
 	}
 }
 
@@ -244,7 +271,8 @@ func (h *harness) measureOne(ctx context.Context, w workload, v variant, script,
 		cpu = nil
 	}
 	h.checkpoint(ctx)
-	return runPgbench(ctx, pgbenchRun{Port: port, Script: script, Builtin: w.Builtin, Mode: mode, Clients: clients, Duration: h.cfg.duration}, cpu)
+	return runPgbench(ctx, pgbenchRun{Port: port, Script: script, Builtin: w.Builtin, Mode: mode, Clients: clients, Duration: h.cfg.duration,
+		SSLMode: clientSSLMode(h.cfg.clientTLS, v.Route)}, cpu)
 }
 
 // checkpoint flushes dirty buffers so a checkpoint does not land inside the
@@ -270,28 +298,36 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 	rep := newReport(h.res, wls, h.pgb.up(), h.floor.up(), h.uring.up())
 	var md mdBuffer
 	k := h.cfg.upstream
-	switch k {
-	case upTLS:
-		md.printf("# snowflake-proxy benchmark: upstream TLS\n\n")
-		md.printf("**The proxy and PgBouncer reach the server over %s. The direct targets are plaintext, as in every run; the floor relay is not run.**\n\n", k.describe())
-	case upTCP:
-		md.printf("# snowflake-proxy benchmark: upstream TCP\n\n")
-		md.printf("**The proxy and PgBouncer reach the server over %s. The direct targets are as in every run; the floor relay is not run.**\n\n", k.describe())
-	default:
+	if v := runVariant(k, h.cfg.clientTLS); v != "" {
+		md.printf("# snowflake-proxy benchmark: %s\n\n", v)
+	} else {
 		md.printf("# snowflake-proxy benchmark\n\n")
+	}
+	var variant []string
+	if k != upSocket {
+		variant = append(variant, fmt.Sprintf("The proxy and PgBouncer reach the server over %s.", k.describe()))
+	}
+	if h.cfg.clientTLS {
+		variant = append(variant, "pgbench reaches the proxy and PgBouncer over TLS (sslmode=require; both relays refuse clients without TLS).")
+	}
+	if len(variant) > 0 {
+		md.printf("**%s The direct targets are plaintext, as in every run; the floor relay is not run.**\n\n", strings.Join(variant, " "))
 	}
 	if runErr != nil {
 		md.printf("**Incomplete run: %v.**\n\n", runErr)
 	}
 	h.mach.write(&md)
 	relays := "proxy (--node 1), PgBouncer and the floor relays"
-	if k != upSocket {
+	if k != upSocket || h.cfg.clientTLS {
 		relays = "proxy (--node 1) and PgBouncer"
 	}
-	md.printf("- pgbench: -n, -T %d, -j min(clients,2), %d round(s) per target interleaved, medians; clients connect over TCP 127.0.0.1 without TLS; %s reach the server over %s\n",
-		int(h.cfg.duration/time.Second), h.cfg.rounds, relays, k.describe())
+	md.printf("- pgbench: -n, -T %d, -j min(clients,2), %d round(s) per target interleaved, medians; %s; %s reach the server over %s\n",
+		int(h.cfg.duration/time.Second), h.cfg.rounds, describeClients(h.cfg.clientTLS), relays, k.describe())
 	for _, seen := range h.tlsSeen {
 		md.printf("- upstream TLS checked before measuring (pg_stat_ssl): %s\n", seen)
+	}
+	for _, seen := range h.clientTLSSeen {
+		md.printf("- client TLS checked before measuring (psql \\conninfo with sslmode=require, and a session without TLS refused): %s\n", seen)
 	}
 	md.printf("- command: go run ./bench %s\n\n", h.cfg.argsString())
 	rep.writeMarkdown(&md)
@@ -338,7 +374,7 @@ func (h *harness) writeReport(wls []workload, runErr error) {
 		fmt.Fprintln(os.Stderr, "bench: results:", err)
 		return
 	}
-	base := filepath.Join(h.cfg.outDir, "bench-"+time.Now().Format("20060102-150405")+k.suffix())
+	base := filepath.Join(h.cfg.outDir, "bench-"+time.Now().Format("20060102-150405")+resultSuffix(k, h.cfg.clientTLS))
 	err := errors.Join(
 		os.WriteFile(base+".md", []byte(md.String()), 0o644),
 		writeFileWith(base+".csv", rep.writeCSV),

@@ -27,6 +27,7 @@ type config struct {
 	outDir        string
 	proxyArgs     []string // extra proxy flags (A/B runs of tuning flags)
 	upstream      upstreamKind
+	clientTLS     bool     // TLS between pgbench and the relays (clienttls.go)
 	args          []string // as given, for the report
 }
 
@@ -52,6 +53,7 @@ func parseFlags(args []string) (*config, error) {
 	proxyArgs := fs.String("proxy-args", "", "extra snowflake-proxy flags, space-separated (e.g. \"--procs 2\")")
 	useTLS := fs.Bool("upstream-tls", false, "proxy and PgBouncer reach the server over TCP 127.0.0.1 with TLS (sslmode=require); the floor relay is not run")
 	useTCP := fs.Bool("upstream-tcp", false, "proxy and PgBouncer reach the server over TCP 127.0.0.1 in plaintext (the -upstream-tls run without TLS); the floor relay is not run")
+	fs.BoolVar(&c.clientTLS, "client-tls", false, "pgbench reaches the proxy and PgBouncer over TLS (sslmode=require; both relays require it), with any upstream variant; the floor relay is not run")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

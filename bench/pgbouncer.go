@@ -16,7 +16,8 @@ const aptTimeout = 5 * time.Minute
 // pgbouncerConfig is the ini the harness writes: session pooling, trust
 // auth, a pool large enough that 8 clients never wait, the server reached
 // as the proxy reaches it (pgbouncerUpstream: its Unix socket, or TCP with
-// or without TLS).
+// or without TLS), clients taken as the proxy takes them
+// (pgbouncerClientTLS: with TLS required, or without TLS).
 const pgbouncerConfig = `[databases]
 %[1]s = host=%[2]s port=%[3]d dbname=%[1]s
 
@@ -33,14 +34,14 @@ log_connections = 0
 log_disconnections = 0
 log_pooler_errors = 1
 server_tls_sslmode = %[6]s
-`
+%[7]s`
 
 // pgbouncerINI is the configuration of a PgBouncer listening on port with
 // its files in pbDir, in front of the server on sockDir and pgPort as k
-// says.
-func pgbouncerINI(k upstreamKind, sockDir string, pgPort, port int, pbDir string) string {
+// says, serving clients with TLS when ct is not nil.
+func pgbouncerINI(k upstreamKind, ct *relayCert, sockDir string, pgPort, port int, pbDir string) string {
 	host, sslmode := pgbouncerUpstream(k, sockDir)
-	return fmt.Sprintf(pgbouncerConfig, benchDB, host, pgPort, port, pbDir, sslmode)
+	return fmt.Sprintf(pgbouncerConfig, benchDB, host, pgPort, port, pbDir, sslmode, pgbouncerClientTLS(ct))
 }
 
 // findPgBouncer returns the pgbouncer binary, installing the Debian package
@@ -75,7 +76,7 @@ func findPgBouncer(ctx context.Context) (string, error) {
 
 // startPgBouncer writes its configuration under dir/pgbouncer and runs it
 // (as the postgres user when root: PgBouncer refuses to run as root).
-func startPgBouncer(ctx context.Context, bin, dir string, k upstreamKind, sockDir string, pgPort int) (*proc, int, error) {
+func startPgBouncer(ctx context.Context, bin, dir string, k upstreamKind, ct *relayCert, sockDir string, pgPort int) (*proc, int, error) {
 	cred, uid, gid, err := unprivileged()
 	if err != nil {
 		return nil, 0, err
@@ -89,7 +90,7 @@ func startPgBouncer(ctx context.Context, bin, dir string, k upstreamKind, sockDi
 		return nil, 0, err
 	}
 	files := map[string]string{
-		"pgbouncer.ini": pgbouncerINI(k, sockDir, pgPort, port, pbDir),
+		"pgbouncer.ini": pgbouncerINI(k, ct, sockDir, pgPort, port, pbDir),
 		"userlist.txt":  `"postgres" ""` + "\n",
 	}
 	for name, content := range files {

@@ -254,7 +254,7 @@ func (h *harness) verifyUpstreamTLS(ctx context.Context) {
 		return
 	}
 	if h.proxy.err == nil {
-		what, err := checkProxyTLS(ctx, h.proxy.port, "disable", h.srv.Port())
+		what, err := checkProxyTLS(ctx, h.proxy.port, h.relaySSLMode(), h.srv.Port())
 		if err != nil {
 			h.proxy.err = fmt.Errorf("upstream TLS check failed, proxy not measured: %w", err)
 			fmt.Println("bench: " + h.proxy.err.Error())
@@ -264,7 +264,7 @@ func (h *harness) verifyUpstreamTLS(ctx context.Context) {
 		}
 	}
 	if h.pgb.up() {
-		what, err := relayTLS(ctx, h.pgb.port, "disable")
+		what, err := relayTLS(ctx, h.pgb.port, h.relaySSLMode())
 		if err != nil {
 			h.pgb.fail(fmt.Sprintf("PgBouncer upstream TLS check failed, its column is left out: session through PgBouncer: %v", err))
 		} else {

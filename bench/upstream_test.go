@@ -69,10 +69,11 @@ func TestUpstreamConfig(t *testing.T) {
 				}
 			}
 
-			ini := pgbouncerINI(c.kind, sock, pgPort, 7001, "/tmp/sfbench-x/pgbouncer")
+			ini := pgbouncerINI(c.kind, nil, sock, pgPort, 7001, "/tmp/sfbench-x/pgbouncer")
 			for _, line := range []string{
 				fmt.Sprintf("bench = host=%s port=%d dbname=bench\n", c.host, pgPort),
 				"\nserver_tls_sslmode = " + c.sslmode + "\n",
+				"\nclient_tls_sslmode = disable\n",
 				"\nlisten_port = 7001\n",
 				"\npool_mode = session\n",
 			} {
