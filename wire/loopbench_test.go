@@ -23,9 +23,10 @@ import (
 // ReadyForQuery, and the client reads the answer before the next.
 // Allocations are per round trip (the loop thread included): 0 in
 // plaintext. With TLS, crypto/tls allocates its reader of the socket
-// (readFromUntil's atLeastReader) at each read of the transport: per
-// batch and side, not per message (docs/tls-loop.md); the test's own TLS
-// client and server count too.
+// (readFromUntil's atLeastReader) at each read of the transport: once
+// per batch and side in the loop, not per message (docs/tls-loop.md,
+// "Allocations"), so 2 of the proxy's; the test's own TLS client and
+// server count 2 more.
 func BenchmarkRelayLoop(b *testing.B) {
 	for _, io := range []string{"epoll", "io_uring"} {
 		b.Run(io, func(b *testing.B) {

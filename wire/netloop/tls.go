@@ -16,6 +16,7 @@ type TLSConn struct {
 	*tls.Conn
 	t  *Transport
 	rw *recordWriter // the writer of plaintext under a session's bufio.Writer
+	rs readState     // what the tls.Conn holds, as far as its reads tell (Read)
 }
 
 // TLSClient returns the client side of a TLS connection over raw, not
@@ -36,6 +37,103 @@ func newTLSConn(tc *tls.Conn, t *Transport) *TLSConn {
 	c := &TLSConn{Conn: tc, t: t}
 	c.rw = &recordWriter{c: c}
 	return c
+}
+
+// Read reads plaintext from the tls.Conn. In a loop, once the Transport
+// has read the socket for this turn and the tls.Conn is known to hold
+// neither plaintext nor a whole record, it returns errWouldBlock at once:
+// the tls.Conn would only have reached the Transport for the same
+// answer, allocating the reader it passes it (crypto/tls's
+// readFromUntil) on the way. That saves one allocation per turn and
+// side (docs/tls-loop.md, "Allocations").
+func (c *TLSConn) Read(p []byte) (int, error) {
+	if len(p) > 0 && c.rs.empty && c.t.inLoop && c.t.drained {
+		return 0, errWouldBlock
+	}
+	n, err := c.Conn.Read(p)
+	c.rs.update(n, len(p), err, &c.t.rc)
+	return n, err
+}
+
+// readState is what a TLSConn's reader knows of what its tls.Conn holds.
+// Reader only: the goroutine or loop thread that reads the connection.
+//
+// The tls.Conn holds nothing whole (empty) after a read that its
+// Transport answered with errWouldBlock: it reads the Transport only
+// when it has no plaintext left and no whole record. From there, each
+// read that returns data shorter than asked took that data from one
+// record, a different one each time, and left no plaintext behind; so
+// once as many such reads were made as whole records came through the
+// Transport since, the tls.Conn holds none of them. Anything else (an
+// error, a read that filled its buffer, a stream whose framing the
+// counter does not follow) leaves the state unknown until the next
+// errWouldBlock, and reads go to the tls.Conn as before.
+type readState struct {
+	empty   bool // the tls.Conn holds no plaintext and no whole record
+	counted bool // since base: every read returned data shorter than asked
+	base    int  // recordCounter.whole when the tls.Conn last held nothing whole
+	reads   int  // reads with data since base
+}
+
+func (s *readState) update(n, asked int, err error, rc *recordCounter) {
+	switch {
+	case rc.broken:
+		*s = readState{}
+	case err == errWouldBlock:
+		*s = readState{empty: true, counted: true, base: rc.whole}
+	case err != nil || n == 0 || n == asked:
+		*s = readState{}
+	case s.counted:
+		s.reads++
+		s.empty = rc.whole-s.base <= s.reads
+	}
+}
+
+// recordCounter follows the TLS record framing of the ciphertext a
+// Transport gives its tls.Conn, from the first byte, and counts the
+// records that came whole. Anything that is no record header (as
+// crypto/tls would refuse it) stops the count for good: broken.
+type recordCounter struct {
+	hdr    [recordHeaderLen]byte
+	hn     int // header bytes of the record in progress
+	left   int // body bytes of the record in progress still to come
+	whole  int // records that came whole
+	broken bool
+}
+
+const (
+	recordHeaderLen = 5
+	// maxRecord is the largest record body crypto/tls takes (TLS 1.2:
+	// 2^14 of plaintext and 2048 of expansion).
+	maxRecord = 16384 + 2048
+)
+
+func (rc *recordCounter) feed(b []byte) {
+	for len(b) > 0 && !rc.broken {
+		if rc.hn < recordHeaderLen {
+			k := copy(rc.hdr[rc.hn:], b)
+			rc.hn += k
+			b = b[k:]
+			if rc.hn < recordHeaderLen {
+				return
+			}
+			typ, major := rc.hdr[0], rc.hdr[1]
+			rc.left = int(rc.hdr[3])<<8 | int(rc.hdr[4])
+			// Record types change_cipher_spec (20) to heartbeat (24);
+			// every TLS version is 3.x on the wire.
+			if typ < 20 || typ > 24 || major != 3 || rc.left > maxRecord {
+				rc.broken = true
+				return
+			}
+		}
+		k := min(rc.left, len(b))
+		rc.left -= k
+		b = b[k:]
+		if rc.left == 0 {
+			rc.hn = 0
+			rc.whole++
+		}
+	}
 }
 
 // loopTLS gives netloop the TLSConn under a connection that embeds one.
@@ -80,8 +178,9 @@ type Transport struct {
 	raw net.Conn   // the socket; closed while a loop holds its descriptor
 
 	src     io.Reader
-	inLoop  bool // src is a loop's reader
-	drained bool // in a loop: this turn has read what the socket had
+	inLoop  bool          // src is a loop's reader
+	drained bool          // in a loop: this turn has read what the socket had
+	rc      recordCounter // of what Read gave the tls.Conn (TLSConn.Read)
 
 	wmu     sync.Mutex
 	dst     io.Writer
@@ -103,12 +202,15 @@ func (t *Transport) rawConn() net.Conn {
 
 func (t *Transport) Read(p []byte) (int, error) {
 	if !t.inLoop {
-		return t.src.Read(p)
+		n, err := t.src.Read(p)
+		t.rc.feed(p[:n])
+		return n, err
 	}
 	if t.drained {
 		return 0, errWouldBlock
 	}
 	n, err := t.src.Read(p)
+	t.rc.feed(p[:n])
 	if n < len(p) {
 		// A short read emptied the socket (or what a receive brought):
 		// another would only find EAGAIN. Level-triggered readiness, or

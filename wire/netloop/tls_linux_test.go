@@ -318,3 +318,31 @@ func TestLoopTLSTamperedRecord(t *testing.T) {
 		}
 	})
 }
+
+// Several records in one receive, the last one cut: the loop relays
+// every whole message in the same turn (the tls.Conn holds records that
+// no readiness event announces), and the cut one when its rest comes.
+// Regression guard for TLSConn.Read, which stops reading a turn once it
+// counts every whole record decrypted.
+func TestLoopTLSManyRecordsOneReceive(t *testing.T) {
+	loopIOs(t, func(t *testing.T, lp *Loop) {
+		s := enterTLSSession(t, lp)
+		var recs, plain []byte
+		for i := range 5 {
+			m := message('Q', strings.Repeat(string(rune('a'+i)), 10+i*100))
+			recs, plain = append(recs, s.record(t, m)...), append(plain, m...)
+		}
+		last := message('Q', "last")
+		tail := s.record(t, last)
+		s.sendRead(t, append(recs, tail[:8]...))
+		expect(t, s.server, plain)
+		s.sendRead(t, tail[8:])
+		expect(t, s.server, last)
+		if _, err := s.raw.Write(s.record(t, message('X', ""))); err != nil {
+			t.Fatal(err)
+		}
+		if x := s.leave(t); x.Err != nil {
+			t.Fatalf("exit %+v", x)
+		}
+	})
+}
