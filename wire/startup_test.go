@@ -140,9 +140,16 @@ func TestGSSENCAnsweredN(t *testing.T) {
 		t.Fatalf("got %q %v", b, err)
 	}
 	// Then a normal startup works on the same connection.
-	fe := pgproto3.NewFrontend(c, c)
+	startSession(t, c, srv.Superuser())
+}
+
+// startSession sends a StartupMessage on rw, as user to database postgres,
+// and reads up to the first ReadyForQuery; it returns the frontend.
+func startSession(t testing.TB, rw io.ReadWriter, user string) *pgproto3.Frontend {
+	t.Helper()
+	fe := pgproto3.NewFrontend(rw, rw)
 	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
-		Parameters: map[string]string{"user": srv.Superuser(), "database": "postgres"}})
+		Parameters: map[string]string{"user": user, "database": "postgres"}})
 	if err := fe.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +159,7 @@ func TestGSSENCAnsweredN(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-			break
+			return fe
 		}
 	}
 }
@@ -256,19 +263,7 @@ func TestGarbageInput(t *testing.T) {
 	// After startup: garbage frames of every type.
 	for _, typ := range []byte{0, 1, 'B', 'C', 'D', 'E', 'F', 'H', 'P', 'Q', 'S', 'X', 'd', 'c', 'f', 'p', 0xff} {
 		c := rawConn(t, p)
-		fe := pgproto3.NewFrontend(c, c)
-		fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
-			Parameters: map[string]string{"user": srv.Superuser(), "database": "postgres"}})
-		_ = fe.Flush()
-		for {
-			m, err := fe.Receive()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-				break
-			}
-		}
+		startSession(t, c, srv.Superuser())
 		_, _ = c.Write([]byte{byte(typ), 0, 0, 0, 7, 1, 0, 2})
 		_, _ = c.Write([]byte{'X', 0, 0, 0, 4})
 		_, _ = io.ReadAll(c)

@@ -53,21 +53,7 @@ func TestTLSTamperedClientRecord(t *testing.T) {
 		}
 		cc := &capturing{Conn: raw}
 		tc := tls.Client(cc, &tls.Config{InsecureSkipVerify: true})
-		fe := pgproto3.NewFrontend(tc, tc)
-		fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
-			Parameters: map[string]string{"user": srv.Superuser(), "database": "postgres"}})
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			m, err := fe.Receive()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-				break
-			}
-		}
+		fe := startSession(t, tc, srv.Superuser())
 		if base.EventLoops >= 0 {
 			waitUntil(t, "the session in an event loop", func() bool { return p.Stats().LoopEntries > 0 })
 		}
