@@ -40,7 +40,9 @@
 // late, the fast path's), a hidden per-(sequence, node) high-water sequence
 // created only by _lease holds the top of that node's leases, the two
 // paths share each millisecond by count (the generator below 3072, the
-// shim above while a lease may be live), and a per-sequence row lock on a
+// shim above while a lease may be live), per-row calls take IDs from
+// blocks the locked path reserves (two sequences per sequence, made by
+// _blocks from leases and the catalog watch), and a per-sequence row lock on a
 // private table (sql/locks.sql), which no role without privileges can
 // take or hold, serialises the shim's nextval with _lease. clock.go holds
 // the generator's clock back to the server's, so that a session's shim
@@ -63,7 +65,10 @@
 //     that, as the extension's 2.5 does);
 //   - convert_sequence_to_snowflake clears an identity flag in pg_attribute
 //     as the extension does, which needs a superuser;
-//   - each shim call consumes a transaction id (the subtransaction that
-//     holds its lock), where the extension's nextval consumes none beyond
-//     its transaction's own (docs/state-model.md, "The lock").
+//   - each shim call that takes the lock (one per block of 1024 per-row
+//     IDs, every call of a sequence without blocks) consumes a
+//     transaction id (the subtransaction that holds its lock), where the
+//     extension's nextval consumes none beyond its transaction's own
+//     (docs/state-model.md, "The lock" and "Blocks"); the sequence's
+//     last_value is the top of the latest block.
 package compat
