@@ -5,47 +5,28 @@ package netloop
 import (
 	"bufio"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 // testTLS returns the configurations of a TLS 1.3 server with a
-// self-signed certificate and of a client that trusts it.
+// certificate from a test CA and of a client that trusts the CA.
 func testTLS(t *testing.T) (srv, cl *tls.Config) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	srv = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS13}
+	ca := pgtest.NewCA(t, "netloop test CA")
+	srv = &tls.Config{Certificates: []tls.Certificate{ca.Server(t, "localhost").TLS(t)}, MinVersion: tls.VersionTLS13}
 	// One record per Write, however large the first ones: the tests cut
 	// records where they choose.
-	cl = &tls.Config{RootCAs: pool, ServerName: "localhost", DynamicRecordSizingDisabled: true}
+	cl = &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", DynamicRecordSizingDisabled: true}
 	return srv, cl
 }
 
