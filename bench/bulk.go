@@ -214,7 +214,9 @@ func bulkCopy(ctx context.Context, conn *pgx.Conn, table string, f bulkFormat, r
 
 // shimWorkSQL marks the server's snowflake.nextval work: the slow path's
 // calls (counted by track_functions) and the values of the block sequences
-// that per-row calls draw (docs/state-model.md, "Blocks").
+// that per-row calls draw (docs/state-model.md, "Blocks"); the query of
+// internal/pgtest.ShimWorkSQL as one text, written out here because a
+// command does not import the tests' package.
 const shimWorkSQL = `SELECT coalesce(pg_catalog.pg_stat_get_xact_function_calls(
 		'snowflake._nextval_slow(regclass)'::pg_catalog.regprocedure), 0)::text || '/' ||
 	coalesce((SELECT pg_catalog.string_agg(pg_catalog.pg_sequence_last_value(c.oid)::text, ',' ORDER BY c.oid)

@@ -7,15 +7,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 // Column defaults on the fast path (wire/defaults.go):
 // INSERT ... VALUES into a table whose column defaults to snowflake.nextval
 // gets the value from the proxy's generator, for the default's own
-// sequence, so the server never runs the PL/pgSQL nextval. Whether the shim
-// ran is measured on the server: pg_stat_get_xact_function_calls inside a
-// transaction, and pg_stat_user_functions for the ORM-style loop
-// (track_functions = 'pl' is set by internal/pgserver).
+// sequence, so the server never runs the shim's nextval. Whether the shim
+// ran is measured on the server (pgtest.ShimWorkSQL: its slow path's calls,
+// counted with track_functions = 'pl' as internal/pgserver sets it, and the
+// block sequences its per-row path draws), inside a transaction, and with
+// pg_stat_user_functions for the ORM-style loop.
 
 const insertNode = 3
 
@@ -32,20 +35,10 @@ func newInsertEnv(t *testing.T, setup string) *testEnv {
 	return e
 }
 
-// shimWorkSQL marks the server's own snowflake.nextval work: the calls of
-// the slow path (a PL/pgSQL function, counted by track_functions) and the
-// values of the block sequences that the per-row path draws with native
-// nextval (docs/state-model.md, "Blocks"), which any draw moves.
-const shimWorkSQL = `SELECT coalesce(pg_catalog.pg_stat_get_xact_function_calls(
-		'snowflake._nextval_slow(regclass)'::pg_catalog.regprocedure), 0)::int8,
-	coalesce((SELECT pg_catalog.string_agg(pg_catalog.pg_sequence_last_value(c.oid)::text, ',' ORDER BY c.oid)
-		FROM pg_catalog.pg_class c
-		WHERE c.relnamespace = 'snowflake'::pg_catalog.regnamespace AND c.relname LIKE '\_blk\_%'), '')`
-
-// shimWork reads shimWorkSQL on conn.
+// shimWork reads pgtest.ShimWorkSQL on conn.
 func shimWork(t *testing.T, conn *pgx.Conn) (slow int64, blocks string) {
 	t.Helper()
-	if err := conn.QueryRow(context.Background(), shimWorkSQL).Scan(&slow, &blocks); err != nil {
+	if err := conn.QueryRow(context.Background(), pgtest.ShimWorkSQL).Scan(&slow, &blocks); err != nil {
 		t.Fatal(err)
 	}
 	return slow, blocks

@@ -42,4 +42,6 @@
 //   - metrics.go: Scrape, /metrics parsed with the Prometheus parser.
 //   - tls.go: test CAs and certificates, servers that require TLS.
 //   - syncbuffer.go: SyncBuffer, a buffer other goroutines write to.
+//   - shimwork.go: ShimWorkSQL, what shows that the server ran the shim's
+//     snowflake.nextval.
 package pgtest
