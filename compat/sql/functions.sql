@@ -190,8 +190,6 @@ DECLARE
     done bigint;
     bk regclass;
     bd regclass;
-    bmemo text;
-    bseen text;
     d bigint;
     got boolean := false;
 BEGIN
@@ -258,27 +256,33 @@ BEGIN
                 USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
         END IF;
 
-        -- H, the top of this node's leases. to_regclass answers from the
-        -- catalog caches, which a transaction that already holds all its
-        -- locks does not refresh: it can miss an H created since. Under
-        -- the lock, a _hw_count that moved since this session last found no
-        -- H means an H may have been committed meanwhile; a name lookup
-        -- that asks for a lock refreshes the caches when it finds nothing,
+        -- H, the top of this node's leases, and B and R, the blocks of the
+        -- per-row path (docs/state-model.md, "Blocks"). to_regclass answers
+        -- from the catalog caches, which a transaction that already holds
+        -- all its locks does not refresh: it can miss an H or a B created
+        -- since (and a call must not issue one ID above a live block that
+        -- its session would later draw below). Under the lock, a _hw_count
+        -- that moved since this session last missed one of them means one
+        -- may have been committed meanwhile; a name lookup that asks for a
+        -- lock processes every pending invalidation when it finds nothing,
         -- and to_regclass then sees what was committed. The session
-        -- remembers the count it checked, so this costs one lookup per
-        -- new H, and nothing in a database where no lease was ever taken.
+        -- remembers the count it checked, so this costs one lookup per new
+        -- H or B, and nothing in a database where none was ever made.
         hw := to_regclass('snowflake.' || hwname);
-        IF hw IS NULL THEN
+        bk := to_regclass('snowflake._blk_' || seq::oid::text);
+        IF hw IS NULL OR bk IS NULL THEN
             made := pg_sequence_last_value('snowflake._hw_count'::regclass);
             seen := 'snowflake._hw_seen_' || seq::oid::text || '_' || node::text;
             IF made IS NOT NULL AND current_setting(seen, true) IS DISTINCT FROM made::text THEN
                 BEGIN
-                    EXECUTE 'SELECT FROM snowflake.' || hwname;
+                    EXECUTE 'SELECT FROM snowflake.'
+                        || CASE WHEN hw IS NULL THEN hwname ELSE '_blk_' || seq::oid::text END;
                 EXCEPTION WHEN undefined_table THEN
                     NULL;
                 END;
                 hw := to_regclass('snowflake.' || hwname);
-                IF hw IS NULL THEN
+                bk := to_regclass('snowflake._blk_' || seq::oid::text);
+                IF hw IS NULL OR bk IS NULL THEN
                     memo := made::text;
                 END IF;
             END IF;
@@ -286,26 +290,6 @@ BEGIN
         IF hw IS NOT NULL THEN
             top := coalesce(pg_sequence_last_value(hw), 0);
             top := (((top >> 22) & 2199023255551) << 12) | (top & 4095);
-        END IF;
-
-        -- B and R, the blocks of the per-row path (docs/state-model.md,
-        -- "Blocks"), found as H is: a call must not issue one ID above a
-        -- live block that its session would later draw below.
-        bk := to_regclass('snowflake._blk_' || seq::oid::text);
-        IF bk IS NULL THEN
-            made := pg_sequence_last_value('snowflake._hw_count'::regclass);
-            bseen := 'snowflake._blk_seen_' || seq::oid::text;
-            IF made IS NOT NULL AND current_setting(bseen, true) IS DISTINCT FROM made::text THEN
-                BEGIN
-                    EXECUTE 'SELECT FROM snowflake._blk_' || seq::oid::text;
-                EXCEPTION WHEN undefined_table THEN
-                    NULL;
-                END;
-                bk := to_regclass('snowflake._blk_' || seq::oid::text);
-                IF bk IS NULL THEN
-                    bmemo := made::text;
-                END IF;
-            END IF;
         END IF;
         IF bk IS NOT NULL THEN
             bd := to_regclass('snowflake._blkd_' || seq::oid::text);
@@ -413,9 +397,6 @@ BEGIN
     END;
     IF memo IS NOT NULL THEN
         PERFORM set_config(seen, memo, false);
-    END IF;
-    IF bmemo IS NOT NULL THEN
-        PERFORM set_config(bseen, bmemo, false);
     END IF;
     IF narrow THEN
         PERFORM snowflake._narrow_note(seq);
@@ -595,8 +576,7 @@ BEGIN
         UNION
         SELECT 'snowflake.id_seq'::regclass
     LOOP
-        IF snowflake._blk(r.seq) IS NULL AND has_sequence_privilege(session_user, r.seq, 'UPDATE')
-           AND snowflake._blocks(r.seq) THEN
+        IF has_sequence_privilege(session_user, r.seq, 'UPDATE') AND snowflake._blocks(r.seq) THEN
             n := n + 1;
         END IF;
     END LOOP;
@@ -716,6 +696,7 @@ DECLARE
     ident text;
     hwname text := '_hw_' || seq::oid::text || '_' || node::text;
     hw regclass;
+    bd regclass;
     cmt text;
     older text;
     raise_s boolean := false;
@@ -762,8 +743,9 @@ BEGIN
     -- the shim must get a larger ID, and the next block lies above H. The
     -- blocks of a sequence the proxy leases are made here, committed with
     -- the lease.
-    IF snowflake._blkd(seq) IS NOT NULL THEN
-        done := setval(snowflake._blkd(seq), 0, true);
+    bd := snowflake._blkd(seq);
+    IF bd IS NOT NULL THEN
+        done := setval(bd, 0, true);
     ELSIF has_sequence_privilege(session_user, seq, 'UPDATE') THEN
         PERFORM snowflake._blocks(seq);
     END IF;
