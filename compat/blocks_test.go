@@ -46,9 +46,9 @@ func perRow(t *testing.T, c *testConn, seq string, n int) (ids []int64, slow int
 }
 
 // increasing fails the test unless ids increase and carry node's bits.
-func increasing(t *testing.T, what string, ids []int64, node int, after int64) int64 {
+func increasing(t *testing.T, what string, ids []int64, node int) {
 	t.Helper()
-	last := after
+	var last int64
 	for i, id := range ids {
 		if _, n, _ := generator.Decompose(id); n != node {
 			t.Fatalf("%s: id %d of %d has node %d, want %d", what, i, len(ids), n, node)
@@ -58,7 +58,6 @@ func increasing(t *testing.T, what string, ids []int64, node int, after int64) i
 		}
 		last = id
 	}
-	return last
 }
 
 // The per-row path takes its IDs from blocks: the plan holds the block
@@ -103,7 +102,7 @@ func TestBlocksPerRow(t *testing.T) {
 	if len(ids) != n {
 		t.Fatalf("%d ids", len(ids))
 	}
-	increasing(t, "per-row", ids, 3, 0)
+	increasing(t, "per-row", ids, 3)
 	if slow >= n/2 {
 		t.Fatalf("%d of %d calls ran the slow path", slow, n)
 	}
@@ -132,7 +131,7 @@ func TestBlocksPerRow(t *testing.T) {
 	}
 
 	plainIDs, plainSlow := perRow(t, c, "plain", 200)
-	increasing(t, "without blocks", plainIDs, 3, 0)
+	increasing(t, "without blocks", plainIDs, 3)
 	if plainSlow != 200 {
 		t.Fatalf("without blocks %d of 200 calls ran the slow path", plainSlow)
 	}
