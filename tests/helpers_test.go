@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,7 +55,7 @@ func newEnv(t testing.TB, node int) *testEnv {
 func newEnvOn(t testing.TB, srv *pgserver.Server, db string, node int) *testEnv {
 	t.Helper()
 	e := &testEnv{srv: srv, db: db, node: node}
-	e.app = startProxy(t, srv, node, "127.0.0.1:0")
+	e.app = startRestartableProxy(t, srv, node)
 	t.Cleanup(func() {
 		// The test's own connections are closed by now; sessions still
 		// open (a test that failed half-way) are cut after a moment.
@@ -71,6 +74,28 @@ func startProxy(t testing.TB, srv *pgserver.Server, node int, listen string) *ap
 		t.Fatal(err)
 	}
 	return a
+}
+
+// startRestartableProxy starts a proxy on a port that restartProxy can
+// bind again: one below the kernel's ephemeral range (pgserver.FreePort),
+// which no outgoing connection takes while the proxy is down. Another
+// listener may still take the port between choosing and binding it;
+// then another port is tried.
+func startRestartableProxy(t testing.TB, srv *pgserver.Server, node int) *app.App {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		port, err := pgserver.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := startProxyErr(srv, node, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			return a
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
+			t.Fatal(err)
+		}
+	}
 }
 
 func startProxyErr(srv *pgserver.Server, node int, listen string) (*app.App, error) {

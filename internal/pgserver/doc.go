@@ -44,6 +44,7 @@
 //     waiting until it is ready, stopping it; the one-line start failure.
 //   - proc_linux.go, proc_other.go: the parent-death signal and finding a
 //     live postmaster of a data directory.
+//   - port.go: FreePort, a port below the kernel's ephemeral range.
 //   - user.go: EnsureSystemUser, the OS user a root caller runs the server
 //     as (Options.CreateRunAs).
 package pgserver

@@ -448,17 +448,6 @@ func (s *Server) URL(db string) string {
 	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", auth, s.Addr(), db)
 }
 
-// FreePort returns a TCP port of 127.0.0.1 that nothing listens on now
-// (the embedded server's default, and tests that need a fixed port).
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgserver: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func lastLines(b []byte, n int) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) > n {
