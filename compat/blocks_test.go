@@ -12,6 +12,10 @@ import (
 
 // Tests of the per-row path (docs/state-model.md, "Blocks").
 
+// serverMsSQL is the server's clock in milliseconds since the snowflake
+// epoch, as the shim's _issue computes it.
+const serverMsSQL = "(floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000)"
+
 // perRow runs one statement that calls snowflake.nextval(seq) for n rows
 // and returns the IDs in row order, with the number of calls that ran the
 // slow path (_nextval_slow), counted in the statement's transaction.
@@ -96,9 +100,9 @@ func TestBlocksPerRow(t *testing.T) {
 	}
 
 	const n = 20000
-	before := queryInt(t, c, "SELECT snowflake._now_ms()")
+	before := queryInt(t, c, "SELECT "+serverMsSQL)
 	ids, slow := perRow(t, c, "s", n)
-	after := queryInt(t, c, "SELECT snowflake._now_ms()")
+	after := queryInt(t, c, "SELECT "+serverMsSQL)
 	if len(ids) != n {
 		t.Fatalf("%d ids", len(ids))
 	}
@@ -219,7 +223,7 @@ func TestBlockNotUsedAfterALease(t *testing.T) {
 	url, c, db, oid := shimDB(t)
 	mustExec(t, c, "SELECT snowflake._blocks('s')")
 	mustExec(t, c, "SET snowflake.node = 5")
-	mustExec(t, c, "SELECT setval('s', (snowflake._now_ms() + 10000) << 22)")
+	mustExec(t, c, "SELECT setval('s', ("+serverMsSQL+" + 10000) << 22)")
 	svc := newService(t, url, 5, nil)
 	for i := 0; i < 50; i++ {
 		shim := queryInt(t, c, "SELECT snowflake.nextval('s')")
@@ -413,5 +417,69 @@ func TestBlocksErrorsAsTheExtension(t *testing.T) {
 	if n := queryInt(t, c, `SELECT count(*) FROM pg_class WHERE relnamespace = 'snowflake'::regnamespace
 		AND relname LIKE '\_blk%'`); n != 2 {
 		t.Fatalf("%d block sequences left after the drop, want id_seq's 2", n)
+	}
+}
+
+// A live block serves a call only while it is the session's node's and
+// not behind the server's clock; otherwise the call runs the slow path,
+// which issues at the clock.
+func TestBlockRefusedBehindTheClockOrOfAnotherNode(t *testing.T) {
+	t.Parallel()
+	_, c, _, oid := shimDB(t)
+	mustExec(t, c, "SELECT snowflake._blocks('s')")
+	mustExec(t, c, "SET snowflake.node = 5")
+	queryInt(t, c, "SELECT snowflake.nextval('s')")
+	// setBlock makes [d, d + 1023] the live block as a jump does (B, then
+	// R), with d at the server's clock plus msAhead, for node.
+	setBlock := func(msAhead int64, node int) int64 {
+		t.Helper()
+		d := queryInt(t, c, fmt.Sprintf("SELECT ((%s + %d) << 22) | (%d << 12)", serverMsSQL, msAhead, node))
+		mustExec(t, c, fmt.Sprintf("SELECT setval('snowflake._blk_%d', %d, false), setval('snowflake._blkd_%d', %d)", oid, d, oid, d))
+		return d
+	}
+	for _, tc := range []struct {
+		name      string
+		msAhead   int64
+		node      int
+		fromBlock bool
+	}{
+		{"behind the clock", -50, 5, false},
+		{"another node's", 60_000, 7, false},
+		{"ahead of the clock", 60_000, 5, true},
+	} {
+		d := setBlock(tc.msAhead, tc.node)
+		before := queryInt(t, c, "SELECT "+serverMsSQL)
+		ids, slow := perRow(t, c, "s", 1)
+		id := ids[0]
+		inBlock := id >= d && id <= d+1023
+		if tc.fromBlock {
+			if id != d || slow != 0 {
+				t.Errorf("%s: got %v (slow path %d), want %v from the block", tc.name, generator.Decode(id), slow, generator.Decode(d))
+			}
+			continue
+		}
+		ms, node, _ := generator.Decompose(id)
+		if inBlock || slow != 1 || node != 5 || ms < before {
+			t.Errorf("%s: got %v (slow path %d), want the slow path's ID of node 5 at or after ms %d, not from the block at %v",
+				tc.name, generator.Decode(id), slow, before, generator.Decode(d))
+		}
+	}
+}
+
+// The clock test of nextval: to_timestamp((ms + epoch + 1) / 1000) is the
+// exact start of the millisecond after ms, for every millisecond a
+// snowflake can carry, so that now < it holds exactly when floor(now in
+// ms) <= ms.
+func TestBlockClockTestIsExact(t *testing.T) {
+	t.Parallel()
+	_, c, _, _ := shimDB(t)
+	const maxMs = 1<<41 - 1
+	bad := queryInt(t, c, fmt.Sprintf(`SELECT count(*) FROM (
+		SELECT m FROM unnest(ARRAY[0, 1, 999, 1000, 1001, 123259469176, %d]::bigint[]) m
+		UNION ALL SELECT (random() * %d)::bigint FROM generate_series(1, 100000)) x
+		WHERE pg_catalog.to_timestamp(((m) + 1672531200001)::pg_catalog.float8 / 1000)
+		   <> '2023-01-01 00:00:00+00'::timestamptz + (m + 1) * interval '1 millisecond'`, maxMs, maxMs))
+	if bad != 0 {
+		t.Fatalf("%d milliseconds whose next one to_timestamp does not give exactly", bad)
 	}
 }

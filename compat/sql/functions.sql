@@ -427,11 +427,12 @@ CREATE OR REPLACE FUNCTION snowflake._blkd(regclass) RETURNS regclass
 LANGUAGE sql IMMUTABLE STRICT
 AS $fn$SELECT pg_catalog.to_regclass('snowflake._blkd_' OPERATOR(pg_catalog.||) $1::pg_catalog.oid::pg_catalog.text)$fn$;
 
--- _now_ms is the server's clock in milliseconds since the snowflake
--- epoch, as _issue computes it.
-CREATE OR REPLACE FUNCTION snowflake._now_ms() RETURNS bigint
-LANGUAGE sql VOLATILE
-AS $fn$SELECT pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8 OPERATOR(pg_catalog.-) 1672531200000$fn$;
+-- _now_ms was the clock of an earlier nextval; the clock test is now the
+-- comparison with to_timestamp below, which costs less per call than
+-- date_part.
+IF to_regprocedure('snowflake._now_ms()') IS NOT NULL THEN
+    DROP FUNCTION snowflake._now_ms();
+END IF;
 
 -- _nextval_slow is the nextval of the rules (_issue): it runs as the
 -- caller, so that the privilege check uses current_user as the built-in
@@ -458,12 +459,15 @@ $fn$;
 -- first false operand (no draw without the privilege), and R is read
 -- before B is drawn (operands are evaluated left to right). Operators are
 -- schema-qualified: an inlined body resolves names in the caller's
--- search_path. The second test is (ms << 10 | node) of the ID minus
--- (now << 10 | the session's node): its low 10 bits are 0 only for the
--- session's node, and its sign bit only while the ID is not behind the
--- clock; the mask is 0x80000000000003FF. B does not exist for a relation
--- that is not a sequence; the planner folds _blk and _blkd (see above),
--- and NULL sends the call to _nextval_slow.
+-- search_path. The node test compares the ID's node bits with the
+-- setting, cast to integer as the extension reads it (its errors for a
+-- setting that is not a number). The clock test is floor(now in ms) <=
+-- the ID's millisecond, written as now < the start of the ID's next
+-- millisecond: to_timestamp of an exact count of ms over 1000 rounds to
+-- that instant to the microsecond, and a timestamp comparison costs less
+-- than turning the clock into ms. B does not exist for a relation that is
+-- not a sequence; the planner folds _blk and _blkd (see above), and NULL
+-- sends the call to _nextval_slow.
 CREATE OR REPLACE FUNCTION snowflake.nextval(regclass DEFAULT 'snowflake.id_seq'::regclass) RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $fn$SELECT CASE
@@ -471,10 +475,11 @@ AS $fn$SELECT CASE
      AND ((OPERATOR(pg_catalog.-) pg_catalog.pg_sequence_last_value(snowflake._blkd($1))
            OPERATOR(pg_catalog.+) pg_catalog.nextval(snowflake._blk($1)))
           OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.=) 0
-     AND (((pg_catalog.currval(snowflake._blk($1)) OPERATOR(pg_catalog.>>) 12) OPERATOR(pg_catalog.-)
-           ((snowflake._now_ms() OPERATOR(pg_catalog.<<) 10) OPERATOR(pg_catalog.|)
-            NULLIF(pg_catalog.current_setting('snowflake.node', true), '')::pg_catalog.int4::pg_catalog.int8))
-          OPERATOR(pg_catalog.&) (-9223372036854774785)) OPERATOR(pg_catalog.=) 0
+     AND ((pg_catalog.currval(snowflake._blk($1)) OPERATOR(pg_catalog.>>) 12) OPERATOR(pg_catalog.&) 1023)
+          OPERATOR(pg_catalog.=) NULLIF(pg_catalog.current_setting('snowflake.node', true), '')::pg_catalog.int4
+     AND pg_catalog.clock_timestamp() OPERATOR(pg_catalog.<) pg_catalog.to_timestamp(
+          ((pg_catalog.currval(snowflake._blk($1)) OPERATOR(pg_catalog.>>) 22) OPERATOR(pg_catalog.+) 1672531200001)::pg_catalog.float8
+          OPERATOR(pg_catalog./) 1000)
     THEN pg_catalog.currval(snowflake._blk($1))
     ELSE snowflake._nextval_slow($1) END$fn$;
 
