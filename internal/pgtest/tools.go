@@ -30,6 +30,7 @@ var toolPackages = map[string]string{
 	"npm":       "npm",
 	"perf":      "linux-perf",
 	"java":      "default-jre-headless",
+	"openssl":   "openssl",
 	// Libraries, found by a file of theirs (toolFiles).
 	"pgjdbc":  "libpostgresql-jdbc-java",
 	"psycopg": "python3-psycopg",
