@@ -34,7 +34,14 @@ import (
 // table after a CHECKPOINT; the report is the median of the rounds and
 // the ratio.
 //
-//	go run ./bench bulk [-rows 1000000] [-rounds 3] [-only copy,insert,perrow]
+// With -pgbin, the server runs from that directory's binaries: a scratch
+// copy of a PostgreSQL tree into which pgEdge's C extension is installed
+// (bench/README.md, "The C extension"). The insert and perrow parts then
+// also run in a second database of the same server where CREATE
+// EXTENSION snowflake, sent directly, loads the C extension: the
+// yardstick, in the same run.
+//
+//	go run ./bench bulk [-rows 1000000] [-rounds 3] [-only copy,insert,perrow] [-pgbin DIR]
 
 // bulkTimeout bounds one COPY.
 const bulkTimeout = 10 * time.Minute
@@ -44,6 +51,7 @@ func runBulk(args []string) int {
 	rows := fs.Int("rows", 1_000_000, "rows per COPY")
 	rounds := fs.Int("rounds", 3, "measurements per format and table (median reported)")
 	only := fs.String("only", "copy,insert,perrow", "comma-separated parts to run: copy, insert, perrow")
+	pgbin := fs.String("pgbin", "", "server binaries of a PostgreSQL tree with pgEdge's snowflake extension installed: also measure the C extension")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -61,7 +69,7 @@ func runBulk(args []string) int {
 			return 2
 		}
 	}
-	if err := measureBulk(context.Background(), *rows, *rounds, parts); err != nil {
+	if err := measureBulk(context.Background(), *rows, *rounds, parts, *pgbin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench bulk:", err)
 		return 1
 	}
@@ -101,7 +109,57 @@ var bulkTables = []struct{ name, ddl string }{
 	{"b_serial", "CREATE TABLE b_serial (id bigserial PRIMARY KEY, v int, s text)"},
 }
 
-func measureBulk(ctx context.Context, rows, rounds int, parts map[string]bool) error {
+// extensionDB creates the database of the C extension next to the
+// bench database, installs the extension there with a direct connection
+// (the proxy would install its shim), checks that snowflake.nextval is
+// the extension's C function, and returns that connection with node 1
+// set and the bulk tables made.
+func extensionDB(ctx context.Context, direct *pgx.Conn, port int) (*pgx.Conn, error) {
+	const db = benchDB + "_ext"
+	if err := execTimeout(ctx, direct, "CREATE DATABASE "+db); err != nil {
+		return nil, err
+	}
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=10", port, db))
+	if err != nil {
+		return nil, err
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	ext, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := execTimeout(ctx, ext, "CREATE EXTENSION snowflake"); err != nil {
+		ext.Close(context.Background())
+		return nil, fmt.Errorf("the C extension (is it installed in the -pgbin tree?): %w", err)
+	}
+	var lang, version string
+	if err := ext.QueryRow(ctx, `SELECT l.lanname, e.extversion FROM pg_proc p
+		JOIN pg_language l ON l.oid = p.prolang, pg_extension e
+		WHERE p.oid = 'snowflake.nextval(regclass)'::regprocedure AND e.extname = 'snowflake'`).Scan(&lang, &version); err != nil {
+		ext.Close(context.Background())
+		return nil, err
+	}
+	if lang != "c" {
+		ext.Close(context.Background())
+		return nil, fmt.Errorf("snowflake.nextval in %s is in language %s, not the C extension's", db, lang)
+	}
+	fmt.Printf("bench bulk: pgEdge's snowflake %s (C) in database %s\n", version, db)
+	for _, t := range bulkTables {
+		if err := execTimeout(ctx, ext, t.ddl); err != nil {
+			ext.Close(context.Background())
+			return nil, err
+		}
+	}
+	for _, sql := range []string{"CREATE SEQUENCE b_native", "SET snowflake.node = 1"} {
+		if err := execTimeout(ctx, ext, sql); err != nil {
+			ext.Close(context.Background())
+			return nil, err
+		}
+	}
+	return ext, nil
+}
+
+func measureBulk(ctx context.Context, rows, rounds int, parts map[string]bool, pgbin string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
@@ -119,7 +177,7 @@ func measureBulk(ctx context.Context, rows, rounds int, parts map[string]bool) e
 	if err != nil {
 		return err
 	}
-	srv, err := startPostgres(ctx, dir, upSocket)
+	srv, err := startPostgresFrom(ctx, dir, upSocket, pgbin)
 	if err != nil {
 		return err
 	}
@@ -155,8 +213,15 @@ func measureBulk(ctx context.Context, rows, rounds int, parts map[string]bool) e
 			return err
 		}
 	}
+	var ext *pgx.Conn
+	if pgbin != "" && (parts["insert"] || parts["perrow"]) {
+		if ext, err = extensionDB(ctx, direct, srv.Port()); err != nil {
+			return err
+		}
+		defer ext.Close(context.Background())
+	}
 	if parts["insert"] || parts["perrow"] {
-		if err := measureServerRows(ctx, conn, direct, rows, rounds, parts); err != nil {
+		if err := measureServerRows(ctx, conn, direct, ext, rows, rounds, parts); err != nil {
 			return err
 		}
 	}

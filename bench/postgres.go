@@ -43,6 +43,12 @@ var reportedSettings = []string{
 // with a certificate made for the run (dir/pg/tls); plaintext sessions
 // are still accepted, for the direct targets.
 func startPostgres(ctx context.Context, dir string, k upstreamKind) (*pgserver.Server, error) {
+	return startPostgresFrom(ctx, dir, k, "")
+}
+
+// startPostgresFrom is startPostgres with the server binaries of binDir
+// (empty: the machine's own, as pgserver finds them).
+func startPostgresFrom(ctx context.Context, dir string, k upstreamKind, binDir string) (*pgserver.Server, error) {
 	settings := map[string]string{}
 	for name, v := range serverSettings {
 		settings[name] = v
@@ -61,6 +67,7 @@ func startPostgres(ctx context.Context, dir string, k upstreamKind) (*pgserver.S
 		}
 	}
 	srv, err := pgserver.Start(ctx, pgserver.Options{
+		BinDir:   binDir,
 		DataDir:  filepath.Join(dir, "pg", "data"),
 		Settings: settings,
 	})

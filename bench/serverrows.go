@@ -32,9 +32,17 @@ var serverRowsCases = []serverRowsCase{
 	},
 }
 
+// rowsPath is where a statement runs: conn, whose tables admin empties
+// (the proxy's tables are those of the direct connection's database).
+type rowsPath struct {
+	name        string
+	conn, admin *pgx.Conn
+}
+
 // measureServerRows runs the insert and perrow parts through the proxy
-// (conn) and on the direct connection, and prints their medians.
-func measureServerRows(ctx context.Context, conn, direct *pgx.Conn, rows, rounds int, parts map[string]bool) error {
+// (conn), on the direct connection and, when ext is not nil, on the C
+// extension's database, and prints their medians.
+func measureServerRows(ctx context.Context, conn, direct, ext *pgx.Conn, rows, rounds int, parts map[string]bool) error {
 	if err := execTimeout(ctx, direct, "CREATE SEQUENCE IF NOT EXISTS b_native"); err != nil {
 		return err
 	}
@@ -42,10 +50,10 @@ func measureServerRows(ctx context.Context, conn, direct *pgx.Conn, rows, rounds
 	if err := execTimeout(ctx, direct, "SET snowflake.node = 1"); err != nil {
 		return err
 	}
-	paths := []struct {
-		name string
-		conn *pgx.Conn
-	}{{"proxy", conn}, {"direct", direct}}
+	paths := []rowsPath{{"proxy", conn, direct}, {"direct", direct, direct}}
+	if ext != nil {
+		paths = append(paths, rowsPath{"C extension", ext, ext})
+	}
 	times := map[string][]time.Duration{}
 	for r := 1; r <= rounds; r++ {
 		for _, c := range serverRowsCases {
@@ -57,10 +65,10 @@ func measureServerRows(ctx context.Context, conn, direct *pgx.Conn, rows, rounds
 					{"snowflake", c.sf, c.sfTable}, {"native", c.native, c.natTable},
 				} {
 					if side.table != "" {
-						if err := execTimeout(ctx, direct, "TRUNCATE "+side.table); err != nil {
+						if err := execTimeout(ctx, p.admin, "TRUNCATE "+side.table); err != nil {
 							return err
 						}
-						if err := execTimeout(ctx, direct, "CHECKPOINT"); err != nil {
+						if err := execTimeout(ctx, p.admin, "CHECKPOINT"); err != nil {
 							return err
 						}
 					}
