@@ -114,7 +114,7 @@ var bulkTables = []struct{ name, ddl string }{
 // (the proxy would install its shim), checks that snowflake.nextval is
 // the extension's C function, and returns that connection with node 1
 // set and the bulk tables made.
-func extensionDB(ctx context.Context, direct *pgx.Conn, port int) (*pgx.Conn, error) {
+func extensionDB(ctx context.Context, direct *pgx.Conn, port int) (_ *pgx.Conn, err error) {
 	const db = benchDB + "_ext"
 	if err := execTimeout(ctx, direct, "CREATE DATABASE "+db); err != nil {
 		return nil, err
@@ -128,31 +128,31 @@ func extensionDB(ctx context.Context, direct *pgx.Conn, port int) (*pgx.Conn, er
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			ext.Close(context.Background())
+		}
+	}()
 	if err := execTimeout(ctx, ext, "CREATE EXTENSION snowflake"); err != nil {
-		ext.Close(context.Background())
 		return nil, fmt.Errorf("the C extension (is it installed in the -pgbin tree?): %w", err)
 	}
 	var lang, version string
 	if err := ext.QueryRow(ctx, `SELECT l.lanname, e.extversion FROM pg_proc p
 		JOIN pg_language l ON l.oid = p.prolang, pg_extension e
 		WHERE p.oid = 'snowflake.nextval(regclass)'::regprocedure AND e.extname = 'snowflake'`).Scan(&lang, &version); err != nil {
-		ext.Close(context.Background())
 		return nil, err
 	}
 	if lang != "c" {
-		ext.Close(context.Background())
 		return nil, fmt.Errorf("snowflake.nextval in %s is in language %s, not the C extension's", db, lang)
 	}
 	fmt.Printf("bench bulk: pgEdge's snowflake %s (C) in database %s\n", version, db)
 	for _, t := range bulkTables {
 		if err := execTimeout(ctx, ext, t.ddl); err != nil {
-			ext.Close(context.Background())
 			return nil, err
 		}
 	}
 	for _, sql := range []string{"CREATE SEQUENCE b_native", "SET snowflake.node = 1"} {
 		if err := execTimeout(ctx, ext, sql); err != nil {
-			ext.Close(context.Background())
 			return nil, err
 		}
 	}
