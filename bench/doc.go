@@ -35,8 +35,9 @@
 // siderelay.go run the floor relays and PgBouncer beside the proxy;
 // idle.go is the idle subcommand (memory per idle session); bulk.go the
 // bulk subcommand (COPY FROM STDIN of many rows into a snowflake-default
-// table against a bigserial one), serverrows.go its parts that the server
-// evaluates row by row (INSERT ... SELECT, per-row nextval).
+// table against a bigserial one; with -pgbin also pgEdge's C extension),
+// serverrows.go its parts that the server evaluates row by row (INSERT
+// ... SELECT, per-row nextval).
 //
 // Every process it starts is stopped on exit, on error and on Ctrl-C
 // (procs.go). All traffic stays on 127.0.0.1 and Unix sockets. A target that
