@@ -49,6 +49,35 @@ func perRow(t *testing.T, c *testConn, seq string, n int) (ids []int64, slow int
 	return ids, slow
 }
 
+// sessionDraws are the IDs one session gets from a goroutine: each
+// statement's (an array of IDs) must be above everything the session got
+// before and, when node is set, carry its bits; they go into ids as who's.
+type sessionDraws struct {
+	t    *testing.T
+	ids  *idSet
+	who  string
+	node int
+	last int64
+}
+
+// take runs sql on c and checks and records its IDs; false (the test
+// marked failed) when the statement fails.
+func (s *sessionDraws) take(c *testConn, sql string) bool {
+	var got []int64
+	if err := c.QueryRow(context.Background(), sql).Scan(&got); err != nil {
+		s.t.Error(err)
+		return false
+	}
+	for _, id := range got {
+		if _, n, _ := generator.Decompose(id); (s.node != 0 && n != s.node) || id <= s.last {
+			s.t.Errorf("%s: %v after %v", s.who, generator.Decode(id), generator.Decode(s.last))
+		}
+		s.last = id
+		s.ids.add(id, s.who)
+	}
+	return true
+}
+
 // increasing fails the test unless ids increase and carry node's bits.
 func increasing(t *testing.T, what string, ids []int64, node int) {
 	t.Helper()
@@ -176,26 +205,11 @@ func TestBlocksWithLeasesAndOtherNodes(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var last int64
+			d := &sessionDraws{t: t, ids: ids, who: fmt.Sprintf("per-row %d", g), node: node}
 			for i := 0; i < 8; i++ {
-				var got []int64
-				if err := sc.QueryRow(context.Background(),
-					"SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 700) g").Scan(&got); err != nil {
-					t.Error(err)
+				if !d.take(sc, "SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 700) g") ||
+					!d.take(sc, "SELECT ARRAY[snowflake.nextval('s')]") {
 					return
-				}
-				var one int64
-				if err := sc.QueryRow(context.Background(), "SELECT snowflake.nextval('s')").Scan(&one); err != nil {
-					t.Error(err)
-					return
-				}
-				for _, id := range append(got, one) {
-					if _, n, _ := generator.Decompose(id); n != node || id <= last {
-						t.Errorf("session %d: %v after %v", g, generator.Decode(id), generator.Decode(last))
-						return
-					}
-					last = id
-					ids.add(id, fmt.Sprintf("per-row %d", g))
 				}
 			}
 		}()
@@ -254,27 +268,15 @@ func TestBlocksAcrossRollbacksAndPreparedTransactions(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			ctx := context.Background()
-			var last int64
-			take := func(sql string) {
-				var got []int64
-				if err := sc.QueryRow(ctx, sql).Scan(&got); err != nil {
-					t.Error(err)
-					return
-				}
-				for _, id := range got {
-					if id <= last {
-						t.Errorf("session %d: %v after %v", g, generator.Decode(id), generator.Decode(last))
-					}
-					last = id
-					ids.add(id, fmt.Sprintf("session %d", g))
-				}
-			}
+			d := &sessionDraws{t: t, ids: ids, who: fmt.Sprintf("session %d", g)}
 			const draw = "SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 300) g"
 			for i := 0; i < 6; i++ {
 				gid := fmt.Sprintf("blocks_%d_%d_%d", oid, g, i)
 				for _, stmt := range []string{"BEGIN", draw, "SAVEPOINT a", draw, "ROLLBACK TO a", draw} {
 					if stmt == draw {
-						take(draw)
+						if !d.take(sc, draw) {
+							return
+						}
 					} else if _, err := sc.Exec(ctx, stmt); err != nil {
 						t.Error(err)
 						return
@@ -356,20 +358,10 @@ func TestBlocksDrawnByHandAndSquatted(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var last int64
+			d := &sessionDraws{t: t, ids: ids, who: fmt.Sprintf("user %d", g)}
 			for i := 0; i < 10; i++ {
-				var got []int64
-				if err := uc.QueryRow(context.Background(),
-					"SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 500) g").Scan(&got); err != nil {
-					t.Error(err)
+				if !d.take(uc, "SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 500) g") {
 					return
-				}
-				for _, id := range got {
-					if id <= last {
-						t.Errorf("user %d: %v after %v", g, generator.Decode(id), generator.Decode(last))
-					}
-					last = id
-					ids.add(id, fmt.Sprintf("user %d", g))
 				}
 			}
 		}()
