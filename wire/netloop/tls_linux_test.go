@@ -3,7 +3,6 @@
 package netloop
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"io"
@@ -60,11 +59,20 @@ type tlsSession struct {
 func enterTLSSession(t *testing.T, lp *Loop) *tlsSession {
 	t.Helper()
 	srvCfg, clCfg := testTLS(t)
-	raw, cin := SocketPair(t)
+	raw, tc, capc, client := shakeHands(t, srvCfg, clCfg)
 	sout, server := SocketPair(t)
-	tc := TLSServer(cin, srvCfg)
-	capc := &captureConn{Conn: raw}
-	client := tls.Client(capc, clCfg)
+	return &tlsSession{raw: raw, cap: capc, client: client, server: server, relay: enterRelay(t, lp, tc, sout), tc: tc}
+}
+
+// shakeHands makes a socket pair, a TLSConn server on one end and the
+// test's tls.Client (through a captureConn) on the other, and completes
+// their handshake.
+func shakeHands(t *testing.T, srvCfg, clCfg *tls.Config) (raw net.Conn, tc *TLSConn, capc *captureConn, client *tls.Conn) {
+	t.Helper()
+	raw, cin := SocketPair(t)
+	tc = TLSServer(cin, srvCfg)
+	capc = &captureConn{Conn: raw}
+	client = tls.Client(capc, clCfg)
 	done := make(chan error, 1)
 	go func() { done <- client.Handshake() }()
 	if err := tc.Handshake(); err != nil {
@@ -73,14 +81,7 @@ func enterTLSSession(t *testing.T, lp *Loop) *tlsSession {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	cIn, sIn := NewInput(tc, 1<<20), NewInput(sout, 1<<20)
-	st := &copySteps{in: [2]*Input{&cIn, &sIn}, out: [2]*bufio.Writer{bufio.NewWriterSize(tc, BufferSize), bufio.NewWriterSize(sout, BufferSize)}}
-	r := NewRelay(st, noParking{}, st.in, st.out)
-	taken, err := r.Enter(lp, [2]net.Conn{tc, sout}, func() bool { return false })
-	if !taken || err != nil {
-		t.Fatalf("the loop did not take the session: %v %v", taken, err)
-	}
-	return &tlsSession{raw: raw, cap: capc, client: client, server: server, relay: &loopSession{r: r, steps: st}, tc: tc}
+	return raw, tc, capc, client
 }
 
 // record returns what the client's tls.Conn writes for plaintext p:

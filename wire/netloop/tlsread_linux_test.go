@@ -36,18 +36,7 @@ func newReadTest(t *testing.T, maxVersion uint16) *readTest {
 	srvCfg, clCfg := testTLS(t)
 	srvCfg = srvCfg.Clone()
 	srvCfg.MinVersion, srvCfg.MaxVersion = tls.VersionTLS12, maxVersion
-	raw, cin := SocketPair(t)
-	tc := TLSServer(cin, srvCfg)
-	capc := &captureConn{Conn: raw}
-	cl := tls.Client(capc, clCfg)
-	done := make(chan error, 1)
-	go func() { done <- cl.Handshake() }()
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	_, tc, capc, cl := shakeHands(t, srvCfg, clCfg)
 	src := &chunkSource{}
 	tc.t.setSrc(src, true)
 	return &readTest{tc: tc, cap: capc, cl: cl, src: src}

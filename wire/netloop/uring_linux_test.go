@@ -58,6 +58,16 @@ func enterSession(t *testing.T, lp *Loop) *loopSession {
 	t.Helper()
 	client, cin := SocketPair(t)
 	sout, server := SocketPair(t)
+	ls := enterRelay(t, lp, cin, sout)
+	ls.client, ls.server = client, server
+	return ls
+}
+
+// enterRelay has lp relay between the relay's ends cin (client side) and
+// sout (server side), copying, and fails the test unless the loop took
+// the session.
+func enterRelay(t *testing.T, lp *Loop, cin, sout net.Conn) *loopSession {
+	t.Helper()
 	cIn, sIn := NewInput(cin, 1<<20), NewInput(sout, 1<<20)
 	st := &copySteps{in: [2]*Input{&cIn, &sIn}, out: [2]*bufio.Writer{bufio.NewWriterSize(cin, BufferSize), bufio.NewWriterSize(sout, BufferSize)}}
 	r := NewRelay(st, noParking{}, st.in, st.out)
@@ -65,7 +75,7 @@ func enterSession(t *testing.T, lp *Loop) *loopSession {
 	if !taken || err != nil {
 		t.Fatalf("the loop did not take the session: %v %v", taken, err)
 	}
-	return &loopSession{client: client, server: server, steps: st, r: r}
+	return &loopSession{steps: st, r: r}
 }
 
 // leave waits, with a deadline, for the loop to hand the session over, and
