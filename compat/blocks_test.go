@@ -239,6 +239,21 @@ func TestBlockNotUsedAfterALease(t *testing.T) {
 	mustExec(t, c, "SET snowflake.node = 5")
 	mustExec(t, c, "SELECT setval('s', ("+serverMsSQL+" + 10000) << 22)")
 	svc := newService(t, url, 5, nil)
+	// A lease ends the live block: R keeps the block's start (no later
+	// block may lie below it) and reads as NULL.
+	queryInt(t, c, "SELECT snowflake.nextval('s')")
+	r := queryInt(t, c, fmt.Sprintf("SELECT last_value FROM snowflake._blkd_%d", oid))
+	if _, err := nextvalVia(ctxT(t), svc, db, oid, 5); err != nil {
+		t.Fatal(err)
+	}
+	var after int64
+	var called bool
+	if err := c.QueryRow(ctxT(t), fmt.Sprintf("SELECT last_value, is_called FROM snowflake._blkd_%d", oid)).Scan(&after, &called); err != nil {
+		t.Fatal(err)
+	}
+	if after != r || called || r == 0 {
+		t.Fatalf("R after the lease: %v (called %v), want %v uncalled", generator.Decode(after), called, generator.Decode(r))
+	}
 	for i := 0; i < 50; i++ {
 		shim := queryInt(t, c, "SELECT snowflake.nextval('s')")
 		fast, err := nextvalVia(ctxT(t), svc, db, oid, 5)
@@ -473,5 +488,67 @@ func TestBlockClockTestIsExact(t *testing.T) {
 		   <> '2023-01-01 00:00:00+00'::timestamptz + (m + 1) * interval '1 millisecond'`, maxMs, maxMs))
 	if bad != 0 {
 		t.Fatalf("%d milliseconds whose next one to_timestamp does not give exactly", bad)
+	}
+}
+
+// Regression: a lower node's block made in the same millisecond as a
+// higher node's live block lay below it, and the jump took B down to it.
+// B, drawn on past the new block's end (by hand, or by callers the slow
+// path had not yet served), then handed out the live block's IDs a second
+// time, and a call of the higher node that had read R before the jump
+// accepted them. No jump takes B below a block made before it, also when a
+// lease has ended that block: the lower node's call issues one ID and
+// leaves B and R alone.
+func TestBlockOfALowerNodeNeverTakesBBackIntoALiveBlock(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		ended bool
+	}{{"live block", false}, {"block a lease ended", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url, c, _, oid := shimDB(t)
+			mustExec(t, c, "SELECT snowflake._blocks('s')")
+			// S a minute ahead of the clock: every block lands in its
+			// millisecond.
+			mustExec(t, c, "SELECT setval('s', ("+serverMsSQL+" + 60000) << 22)")
+			ids := newIDSet(t)
+			high := connect(t, url)
+			mustExec(t, high, "SET snowflake.node = 3")
+			highIDs, _ := perRow(t, high, "s", 10)
+			increasing(t, "node 3", highIDs, 3)
+			for _, id := range highIDs {
+				ids.add(id, "node 3")
+			}
+			if tc.ended {
+				// As _lease ends a block (TestBlockNotUsedAfterALease): R
+				// keeps its value and reads as NULL.
+				mustExec(t, c, fmt.Sprintf("SELECT setval('snowflake._blkd_%d', last_value, false) FROM snowflake._blkd_%d", oid, oid))
+			}
+			low := connect(t, url)
+			mustExec(t, low, "SET snowflake.node = 2")
+			lowIDs, _ := perRow(t, low, "s", 3)
+			increasing(t, "node 2", lowIDs, 2)
+			for _, id := range lowIDs {
+				ids.add(id, "node 2")
+			}
+			// From anywhere in node 2's counts of that millisecond, 5,000
+			// draws reach node 3's.
+			var drawn []int64
+			if err := c.QueryRow(ctxT(t), fmt.Sprintf(
+				"SELECT array_agg(nextval('snowflake._blk_%d') ORDER BY g) FROM generate_series(1, 5000) g", oid)).Scan(&drawn); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range drawn {
+				if who, again := ids.seen[v]; again {
+					t.Fatalf("B handed out %v, issued to %s before the jump, again", generator.Decode(v), who)
+				}
+			}
+			more, _ := perRow(t, high, "s", 10)
+			increasing(t, "node 3 after", append(highIDs, more...), 3)
+			for _, id := range more {
+				ids.add(id, "node 3")
+			}
+		})
 	}
 }

@@ -191,6 +191,9 @@ DECLARE
     bk regclass;
     bd regclass;
     d bigint;
+    bms bigint;
+    bcnt bigint;
+    rmax bigint;
     got boolean := false;
 BEGIN
     -- Checks in the order of the extension's nextval. Plain function calls
@@ -352,14 +355,33 @@ BEGIN
         END IF;
         IF NOT got THEN
             d := NULL;
-            IF bd IS NOT NULL AND prm.increment = 1 THEN
-                -- A new block [cnt, cnt + 1023], issued here as its top.
-                IF cnt > 3072 THEN
-                    ms := ms + 1;
-                    cnt := CASE WHEN (top >> 12) > greatest(now_ms, last >> 12) + 5 THEN 3072 ELSE 0 END;
+            IF bd IS NOT NULL THEN
+                -- R's value, also after a lease ended its block (which
+                -- leaves it uncalled: pg_sequence_last_value reads NULL).
+                rmax := pg_sequence_last_value(bd);
+                IF rmax IS NULL THEN
+                    EXECUTE format('SELECT last_value FROM %s', bd) INTO rmax;
                 END IF;
-                d := (ms << 22) | (node::bigint << 12) | cnt;
-                cnt := cnt + 1023;
+            END IF;
+            IF bd IS NOT NULL AND prm.increment = 1 THEN
+                -- A new block [cnt, cnt + 1023], issued here as its top,
+                -- unless it would lie below R, the highest block made so far
+                -- (another node's, in the same millisecond): B must not go
+                -- back below a block a call may still hold R of
+                -- (docs/state-model.md, "Blocks"). Then one ID.
+                bms := ms;
+                bcnt := cnt;
+                IF bcnt > 3072 THEN
+                    bms := ms + 1;
+                    bcnt := CASE WHEN (top >> 12) > greatest(now_ms, last >> 12) + 5 THEN 3072 ELSE 0 END;
+                END IF;
+                d := (bms << 22) | (node::bigint << 12) | bcnt;
+                IF d > rmax THEN
+                    ms := bms;
+                    cnt := bcnt + 1023;
+                ELSE
+                    d := NULL;
+                END IF;
             END IF;
             v := (ms << 22) | (node::bigint << 12) | cnt;
             IF v BETWEEN prm.minimum_value AND prm.maximum_value THEN
@@ -381,13 +403,12 @@ BEGIN
                 done := setval(bk, d, true);
                 done := setval(bd, d, true);
                 v := d;
-            ELSIF bk IS NOT NULL THEN
-                -- One ID with B there: R first, so that no call takes a
-                -- block from B's new value; B then keeps the session's
-                -- value for currval.
-                IF bd IS NOT NULL THEN
-                    done := setval(bd, 0, true);
-                END IF;
+            ELSIF bk IS NOT NULL AND (bd IS NULL OR v > rmax) THEN
+                -- One ID with B there, above every block: B keeps it as the
+                -- session's value for currval, and the values B hands out
+                -- after it lie above every block, so no call takes them.
+                -- Below R (a lower node's ID in the millisecond of another
+                -- node's live block) B and R stay.
                 done := setval(bk, v, true);
             END IF;
         END IF;
@@ -710,6 +731,7 @@ DECLARE
     s_pos bigint;
     h_pos bigint;
     id bigint;
+    live bigint;
     done bigint;
 BEGIN
     SELECT c.relkind, c.relname, quote_ident(n.nspname) || '.' || quote_ident(c.relname)
@@ -750,7 +772,12 @@ BEGIN
     -- the lease.
     bd := snowflake._blkd(seq);
     IF bd IS NOT NULL THEN
-        done := setval(bd, 0, true);
+        -- The live block ends: R keeps its value, the highest block's
+        -- start, which no later jump may go below, but reads as NULL.
+        live := pg_sequence_last_value(bd);
+        IF live IS NOT NULL THEN
+            done := setval(bd, live, false);
+        END IF;
     ELSIF has_sequence_privilege(session_user, seq, 'UPDATE') THEN
         PERFORM snowflake._blocks(seq);
     END IF;
