@@ -237,7 +237,6 @@ func TestBlockNotUsedAfterALease(t *testing.T) {
 	url, c, db, oid := shimDB(t)
 	mustExec(t, c, "SELECT snowflake._blocks('s')")
 	mustExec(t, c, "SET snowflake.node = 5")
-	mustExec(t, c, "SELECT setval('s', ("+serverMsSQL+" + 10000) << 22)")
 	svc := newService(t, url, 5, nil)
 	// A lease ends the live block: R keeps the block's start (no later
 	// block may lie below it) and reads as NULL.
@@ -507,48 +506,111 @@ func TestBlockOfALowerNodeNeverTakesBBackIntoALiveBlock(t *testing.T) {
 	}{{"live block", false}, {"block a lease ended", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			url, c, _, oid := shimDB(t)
-			mustExec(t, c, "SELECT snowflake._blocks('s')")
-			// S a minute ahead of the clock: every block lands in its
-			// millisecond.
-			mustExec(t, c, "SELECT setval('s', ("+serverMsSQL+" + 60000) << 22)")
-			ids := newIDSet(t)
+			url, c, _, _ := shimDB(t)
 			high := connect(t, url)
 			mustExec(t, high, "SET snowflake.node = 3")
-			highIDs, _ := perRow(t, high, "s", 10)
-			increasing(t, "node 3", highIDs, 3)
-			for _, id := range highIDs {
-				ids.add(id, "node 3")
-			}
-			if tc.ended {
-				// As _lease ends a block (TestBlockNotUsedAfterALease): R
-				// keeps its value and reads as NULL.
-				mustExec(t, c, fmt.Sprintf("SELECT setval('snowflake._blkd_%d', last_value, false) FROM snowflake._blkd_%d", oid, oid))
-			}
 			low := connect(t, url)
 			mustExec(t, low, "SET snowflake.node = 2")
-			lowIDs, _ := perRow(t, low, "s", 3)
-			increasing(t, "node 2", lowIDs, 2)
-			for _, id := range lowIDs {
-				ids.add(id, "node 2")
-			}
-			// From anywhere in node 2's counts of that millisecond, 5,000
-			// draws reach node 3's.
-			var drawn []int64
-			if err := c.QueryRow(ctxT(t), fmt.Sprintf(
-				"SELECT array_agg(nextval('snowflake._blk_%d') ORDER BY g) FROM generate_series(1, 5000) g", oid)).Scan(&drawn); err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range drawn {
-				if who, again := ids.seen[v]; again {
-					t.Fatalf("B handed out %v, issued to %s before the jump, again", generator.Decode(v), who)
+			draw := func(conn *testConn, seq string, n int) []int64 {
+				t.Helper()
+				var got []int64
+				if err := conn.QueryRow(ctxT(t), fmt.Sprintf(
+					"SELECT array_agg(snowflake.nextval('%s') ORDER BY g) FROM generate_series(1, %d) g", seq, n)).Scan(&got); err != nil {
+					t.Fatal(err)
 				}
+				return got
 			}
-			more, _ := perRow(t, high, "s", 10)
-			increasing(t, "node 3 after", append(highIDs, more...), 3)
-			for _, id := range more {
-				ids.add(id, "node 3")
+			// Node 2's call must come in the millisecond of node 3's block,
+			// which lies 5 ms ahead of the clock (as far as a block may):
+			// a sequence of its own for each try, until one does.
+			for try := 0; ; try++ {
+				if try == 50 {
+					t.Fatal("node 2's call never came in the millisecond of node 3's block")
+				}
+				seq := fmt.Sprintf("s%d", try)
+				mustExec(t, c, "CREATE SEQUENCE "+seq)
+				oid := seqOID(t, c, seq)
+				mustExec(t, c, fmt.Sprintf("SELECT snowflake._blocks('%s')", seq))
+				mustExec(t, high, fmt.Sprintf("SELECT setval('%s', (%s + 5) << 22)", seq, serverMsSQL))
+				ids := newIDSet(t)
+				highIDs := draw(high, seq, 10)
+				increasing(t, "node 3", highIDs, 3)
+				for _, id := range highIDs {
+					ids.add(id, "node 3")
+				}
+				if tc.ended {
+					// As _lease ends a block (TestBlockNotUsedAfterALease):
+					// R keeps its value and reads as NULL.
+					mustExec(t, high, fmt.Sprintf("SELECT setval('snowflake._blkd_%d', last_value, false) FROM snowflake._blkd_%d", oid, oid))
+				}
+				lowIDs := draw(low, seq, 3)
+				increasing(t, "node 2", lowIDs, 2)
+				if lowIDs[0] > highIDs[0] {
+					continue // the clock passed the block's millisecond first
+				}
+				for _, id := range lowIDs {
+					ids.add(id, "node 2")
+				}
+				// From anywhere in node 2's counts of that millisecond,
+				// 5,000 draws reach node 3's.
+				var drawn []int64
+				if err := c.QueryRow(ctxT(t), fmt.Sprintf(
+					"SELECT array_agg(nextval('snowflake._blk_%d') ORDER BY g) FROM generate_series(1, 5000) g", oid)).Scan(&drawn); err != nil {
+					t.Fatal(err)
+				}
+				for _, v := range drawn {
+					if who, again := ids.seen[v]; again {
+						t.Fatalf("B handed out %v, issued to %s before the jump, again", generator.Decode(v), who)
+					}
+				}
+				more := draw(high, seq, 10)
+				increasing(t, "node 3 after", append(highIDs, more...), 3)
+				for _, id := range more {
+					ids.add(id, "node 3")
+				}
+				return
 			}
 		})
+	}
+}
+
+// Regression: a block takes the rest of its millisecond's counts (in the
+// zone, while a lease reaches past the clock, all of them), so two nodes
+// taking per-row calls in turn each made a block a millisecond after the
+// other's and dated their IDs further and further ahead of the clock
+// (over a second in 15,000 calls). No block starts more than 5 ms after
+// the server's clock; past that a call issues one ID.
+func TestBlocksOfTwoNodesInTurnStayNearTheClock(t *testing.T) {
+	t.Parallel()
+	url, c, db, oid := shimDB(t)
+	mustExec(t, c, "SELECT snowflake._blocks('s')")
+	conns := map[int]*testConn{}
+	for _, node := range []int{1, 2} {
+		// Each node's lease reaches past the clock: its calls are in the
+		// zone.
+		if _, err := nextvalVia(ctxT(t), newService(t, url, node, nil), db, oid, node); err != nil {
+			t.Fatal(err)
+		}
+		conns[node] = connect(t, url)
+		mustExec(t, conns[node], fmt.Sprintf("SET snowflake.node = %d", node))
+	}
+	ids := newIDSet(t)
+	last := map[int]int64{}
+	for i := 0; i < 2000; i++ {
+		node := 1 + i%2
+		var id, idAhead, blockAhead int64
+		if err := conns[node].QueryRow(ctxT(t), fmt.Sprintf(`SELECT id, (id >> 22) - now_ms,
+				(pg_sequence_last_value('snowflake._blkd_%d') >> 22) - now_ms
+			FROM (SELECT snowflake.nextval('s') AS id) x, LATERAL (SELECT %s AS now_ms) y`, oid, serverMsSQL)).Scan(&id, &idAhead, &blockAhead); err != nil {
+			t.Fatal(err)
+		}
+		ids.add(id, fmt.Sprintf("node %d", node))
+		if id <= last[node] {
+			t.Fatalf("node %d: %v after %v", node, generator.Decode(id), generator.Decode(last[node]))
+		}
+		last[node] = id
+		if blockAhead > 5 || idAhead > 100 {
+			t.Fatalf("call %d: block %d ms, ID %v %d ms ahead of the clock", i, blockAhead, generator.Decode(id), idAhead)
+		}
 	}
 }

@@ -367,7 +367,11 @@ BEGIN
                 -- A new block [cnt, cnt + 1023], issued here as its top,
                 -- unless it would lie below R, the highest block made so far
                 -- (another node's, in the same millisecond): B must not go
-                -- back below a block a call may still hold R of
+                -- back below a block a call may still hold R of. Nor more
+                -- than 5 ms ahead of the clock: a block takes the rest of
+                -- its millisecond's counts, so blocks made one after the
+                -- other (two nodes in turn, or more calls than counts)
+                -- would date the IDs further and further ahead
                 -- (docs/state-model.md, "Blocks"). Then one ID.
                 bms := ms;
                 bcnt := cnt;
@@ -376,7 +380,7 @@ BEGIN
                     bcnt := CASE WHEN (top >> 12) > greatest(now_ms, last >> 12) + 5 THEN 3072 ELSE 0 END;
                 END IF;
                 d := (bms << 22) | (node::bigint << 12) | bcnt;
-                IF d > rmax THEN
+                IF d > rmax AND bms <= now_ms + 5 THEN
                     ms := bms;
                     cnt := bcnt + 1023;
                 ELSE
