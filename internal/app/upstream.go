@@ -53,7 +53,7 @@ func parseUpstreamFlag(flag, s, passwordFile string) (upstream, error) {
 	}
 	cfg, err := pgconn.ParseConfig(cs)
 	if err != nil {
-		return upstream{}, fmt.Errorf("invalid %s: %w", flag, err)
+		return upstream{}, maskedError{"invalid " + flag, err}
 	}
 	if mode, _, name := tlsModeOf(cfg); mode == wire.TLSRequire && cfg.TLSConfig.RootCAs == nil {
 		// libpq's default root certificate file: with it, require
@@ -67,7 +67,7 @@ func parseUpstreamFlag(flag, s, passwordFile string) (upstream, error) {
 		if root != "" {
 			cs = withSetting(cs, "sslrootcert", root)
 			if cfg, err = pgconn.ParseConfig(cs); err != nil {
-				return upstream{}, fmt.Errorf("invalid %s: %w", flag, err)
+				return upstream{}, maskedError{"invalid " + flag, err}
 			}
 		}
 	}
@@ -134,7 +134,7 @@ func connString(flag, s string) (string, error) {
 		err = perr
 	}
 	if err != nil {
-		return "", fmt.Errorf("invalid %s %q: want a postgres:// URL, key=value settings, host:port or a Unix socket directory", flag, s)
+		return "", fmt.Errorf("invalid %s %q: want a postgres:// URL, key=value settings, host:port or a Unix socket directory", flag, maskText(s))
 	}
 	u := &url.URL{Scheme: "postgres", User: url.User(user), Host: net.JoinHostPort(host, port), Path: "/postgres"}
 	return u.String(), nil
@@ -172,14 +172,42 @@ func withSetting(cs, key, value string) string {
 
 var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
-// maskPassword hides the password of a connection string as libpq's
-// tools do.
+// userPassword is the password of a URL's user part, also in text that
+// is no valid URL (a URL without its scheme).
+var userPassword = regexp.MustCompile(`:[^:@/\s]+@`)
+
+// maskText hides what looks like a password in text that quotes a
+// connection string: key=value passwords (also with spaces around "=",
+// which pgconn's own masking misses) and a URL's user password.
+func maskText(s string) string {
+	return userPassword.ReplaceAllString(dsnPassword.ReplaceAllString(s, "${1}xxxxx"), ":xxxxx@")
+}
+
+// maskedError is an error of pgconn about a connection string, shown
+// with maskText applied: pgconn quotes the string in it.
+type maskedError struct {
+	prefix string
+	err    error
+}
+
+func (e maskedError) Error() string { return e.prefix + ": " + maskText(e.err.Error()) }
+func (e maskedError) Unwrap() error { return e.err }
+
+// maskPassword hides the passwords of a connection string as libpq's
+// tools do: the user's and sslpassword, the passphrase of the client key
+// (the key=value pattern finds both).
 func maskPassword(cs string) string {
 	if strings.HasPrefix(cs, "postgres://") || strings.HasPrefix(cs, "postgresql://") {
 		if u, err := url.Parse(cs); err == nil {
 			q := u.Query()
-			if q.Has("password") {
-				q.Set("password", "xxxxx")
+			masked := false
+			for _, k := range []string{"password", "sslpassword"} {
+				if q.Has(k) {
+					q.Set(k, "xxxxx")
+					masked = true
+				}
+			}
+			if masked {
 				u.RawQuery = q.Encode()
 			}
 			return u.Redacted()
@@ -194,13 +222,26 @@ func maskPassword(cs string) string {
 // and libpq's name for it. pgconn puts allow's TLS attempt and prefer's
 // plaintext one in Fallbacks; verify-ca checks the chain in
 // VerifyPeerCertificate, verify-full lets crypto/tls check it all.
+// Whether there are fallbacks says nothing by itself: a host named twice
+// adds one with the same TLS, and only an attempt without TLS beside one
+// with it makes a mode that may end in plaintext (regression: host=db,db
+// with sslmode=verify-full was read as prefer).
 func tlsModeOf(cfg *pgconn.Config) (wire.TLSMode, *tls.Config, string) {
+	plainToo := false
+	var fallbackTLS *tls.Config
+	for _, fb := range cfg.Fallbacks {
+		if fb.TLSConfig == nil {
+			plainToo = true
+		} else if fallbackTLS == nil {
+			fallbackTLS = fb.TLSConfig
+		}
+	}
 	switch c := cfg.TLSConfig; {
-	case c == nil && len(cfg.Fallbacks) > 0 && cfg.Fallbacks[0].TLSConfig != nil:
-		return wire.TLSAllow, cfg.Fallbacks[0].TLSConfig, "allow"
+	case c == nil && fallbackTLS != nil:
+		return wire.TLSAllow, fallbackTLS, "allow"
 	case c == nil:
 		return wire.TLSDisable, nil, "disable"
-	case len(cfg.Fallbacks) > 0:
+	case plainToo:
 		return wire.TLSPrefer, c, "prefer"
 	case !c.InsecureSkipVerify:
 		return wire.TLSRequire, c, "verify-full"
