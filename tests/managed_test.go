@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/lib/pq"
 
 	"github.com/snowflake-proxy/snowflake-proxy/internal/app"
@@ -235,5 +237,52 @@ func TestManagedPostgresChannelBindingPsql(t *testing.T) {
 	}
 	if out, err := run("disable"); err != nil || out != "t" {
 		t.Fatalf("channel_binding=disable: %v %q", err, out)
+	}
+}
+
+// TestManagedPostgresChannelBindingRequired: with channel_binding=require
+// in --upstream, sessions take only SCRAM from the server, as libpq does:
+// a role the server asks for its password in the clear is refused before
+// the client is asked for it, while SCRAM roles log in. Without a
+// verified server certificate the setting is refused at startup: the
+// sessions' SCRAM cannot be bound to the proxy's TLS connection.
+func TestManagedPostgresChannelBindingRequired(t *testing.T) {
+	t.Parallel()
+	ca := pgtest.NewCA(t, "managed provider CA")
+	srv := pgtest.StartTLS(t, pgserver.Options{Password: managedPassword,
+		Settings: map[string]string{"password_encryption": "'scram-sha-256'"},
+		HBA: []string{"local all all trust", "hostssl all cleartext 127.0.0.1/32 password",
+			"hostssl all all 127.0.0.1/32 scram-sha-256"}},
+		ca, ca.Server(t, "localhost", "127.0.0.1"))
+	caFile := filepath.Join(t.TempDir(), "provider-ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := fmt.Sprintf("postgres://postgres:%s@localhost:%d/postgres?channel_binding=require", managedPassword, srv.Port())
+	if _, err := app.Start(ctx, app.Config{Listen: "127.0.0.1:0", Upstream: base + "&sslmode=require", Logger: testLogger()}); err == nil ||
+		!strings.Contains(err.Error(), "channel_binding=require needs sslmode=verify-full or verify-ca") {
+		t.Fatalf("channel_binding=require with sslmode=require: %v", err)
+	}
+	a, err := app.Start(ctx, app.Config{Listen: "127.0.0.1:0", Upstream: base + "&sslmode=verify-full&sslrootcert=" + url.QueryEscape(caFile), Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	host, port := splitHostPort(t, a.Addr())
+	c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres:%s@%s:%s/postgres?sslmode=disable", managedPassword, host, port))
+	if err != nil {
+		t.Fatalf("SCRAM role through the proxy: %v", err)
+	}
+	defer c.Close(context.Background())
+	mustRun(t, c, "CREATE ROLE cleartext LOGIN PASSWORD 'clear-pw'")
+	cc, err := pgx.Connect(ctx, fmt.Sprintf("postgres://cleartext:clear-pw@%s:%s/postgres?sslmode=disable", host, port))
+	if err == nil {
+		cc.Close(ctx)
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "28000" || !strings.Contains(pe.Message, "asked for an authentication method other than SCRAM") {
+		t.Fatalf("cleartext role with channel_binding=require: %v", err)
 	}
 }

@@ -20,6 +20,39 @@ const (
 	authSASLContinue = 11
 )
 
+// checkChannelBinding refuses, with channel_binding=require in the
+// upstream's settings, a server that asks for anything but SCRAM or
+// admits the session without asking, as libpq refuses it: the operator
+// asked that no password travel to a server that did not prove itself
+// with SCRAM. The binding to the TLS connection cannot cross the proxy
+// (the client's TLS ends here); the server's certificate is verified
+// instead (the proxy accepts channel_binding=require only with
+// sslmode=verify-ca or verify-full).
+func (ss *session) checkChannelBinding(body []byte) error {
+	if !ss.cfg.Upstream.ChannelBindingRequired || len(body) < 4 {
+		return nil
+	}
+	var msg string
+	switch binary.BigEndian.Uint32(body) {
+	case authSASL:
+		ss.scramAsked = true
+		return nil
+	case authSASLContinue, authSASLFinal:
+		return nil
+	case authOK:
+		if ss.scramAsked {
+			return nil
+		}
+		msg = "snowflake-proxy: channel binding is required (channel_binding=require in the proxy's upstream settings), but the server admitted the session without authentication"
+	default:
+		msg = "snowflake-proxy: channel binding is required (channel_binding=require in the proxy's upstream settings), but the server asked for an authentication method other than SCRAM"
+	}
+	err := &Error{Kind: KindUnsupported, Code: codeInvalidAuthorization, Message: msg}
+	ss.log.Warn("session refused: the server's authentication request does not satisfy channel_binding=require", logUser, ss.user)
+	ss.sh.fatal(err)
+	return err
+}
+
 // authenticate relays the authentication exchange byte for byte until the
 // server's ReadyForQuery: every request the server makes goes to the
 // client and every answer of the client to the server, so the proxy never
@@ -36,6 +69,11 @@ func (ss *session) authenticate() error {
 			body, err := ss.sp.sr.read()
 			if err != nil {
 				return ss.sh.upstreamLost(err)
+			}
+			if typ == 'R' {
+				if err := ss.checkChannelBinding(body); err != nil {
+					return err
+				}
 			}
 			if typ == 'R' && len(body) >= 4 && binary.BigEndian.Uint32(body) == authSASL {
 				body = withoutChannelBinding(body)

@@ -44,6 +44,7 @@ type session struct {
 	// Startup phase (startup.go, auth.go, startupnode.go).
 	saslStarted bool         // the next client answer is a SASLInitialResponse
 	authAsked   bool         // the server asked the client for credentials
+	scramAsked  bool         // the server asked for SASL (SCRAM)
 	startupNode *startupNode // snowflake.node the client set
 	ending      ending       // how the startup phase ended without an error (outcome.go)
 	out         []byte       // scratch for the startup phase's messages

@@ -60,6 +60,11 @@ type Upstream struct {
 	// SSLMode names the setting the operator gave, for messages
 	// ("verify-full"). Empty: TLSMode's name.
 	SSLMode string
+	// ChannelBindingRequired is libpq's channel_binding=require: sessions
+	// take only SCRAM from the server and refuse one that asks for a
+	// password in the clear or md5, or admits without authentication, as
+	// libpq refuses them (auth.go). The binding itself cannot be relayed.
+	ChannelBindingRequired bool
 }
 
 func (u *Upstream) sslMode() string {

@@ -41,7 +41,14 @@ type upstream struct {
 // passwordFile, when set and no password was given otherwise, holds the
 // password.
 func parseUpstream(s, passwordFile string) (upstream, error) {
-	return parseUpstreamFlag("--upstream", s, passwordFile)
+	up, err := parseUpstreamFlag("--upstream", s, passwordFile)
+	if err == nil && up.wire.ChannelBindingRequired && up.wire.SSLMode != "verify-full" && up.wire.SSLMode != "verify-ca" {
+		// The sessions relay each client's own SCRAM, which the client
+		// cannot bind to the proxy's TLS connection to the server: only
+		// the server's certificate can prove the server to them.
+		return upstream{}, errors.New("invalid --upstream: channel_binding=require needs sslmode=verify-full or verify-ca: the proxy relays each client's own authentication, which cannot be bound to the proxy's TLS connection to the server, so the server's certificate must prove the server to the sessions (the proxy's own connections use channel binding as asked)")
+	}
+	return up, err
 }
 
 // parseUpstreamFlag is parseUpstream for the setting named flag
@@ -91,6 +98,7 @@ func parseUpstreamFlag(flag, s, passwordFile string) (upstream, error) {
 	network, address := pgconn.NetworkAddress(cfg.Host, cfg.Port)
 	w := wire.Upstream{Network: network, Address: address, DirectTLS: cfg.SSLNegotiation == "direct"}
 	w.TLSMode, w.TLS, w.SSLMode = tlsModeOf(cfg)
+	w.ChannelBindingRequired = cfg.ChannelBinding == "require"
 	return upstream{wire: w, controlURL: cs, display: maskPassword(cs), user: cfg.User, database: cfg.Database}, nil
 }
 

@@ -70,6 +70,8 @@ func TestParseUpstream(t *testing.T) {
 		{name: "bad sslmode, spaced password", in: "host=db.example password = pw sslmode=verfy-full", err: "sslmode"},
 		{name: "bad sslmode, sslpassword in a URL", in: "postgres://app@db.example/app?sslmode=verfy-full&sslpassword=pw", err: "sslmode"},
 		{name: "URL without its scheme", in: "app:pw@db.example:5432/app", err: "invalid --upstream"},
+		{name: "channel_binding=require without verifying the server", in: "postgres://app@db.example/app?sslmode=require&channel_binding=require", err: "channel_binding=require needs sslmode=verify-full or verify-ca"},
+		{name: "channel_binding=require with verify-full", in: "postgres://app@db.example/app?sslmode=verify-full&channel_binding=require&sslrootcert=" + caFile, mode: wire.TLSRequire, sslmode: "verify-full", network: "tcp", address: "db.example:5432", serverNm: "db.example"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
