@@ -286,3 +286,33 @@ func TestManagedPostgresChannelBindingRequired(t *testing.T) {
 		t.Fatalf("cleartext role with channel_binding=require: %v", err)
 	}
 }
+
+// TestManagedPostgresControlUpstreamWithoutTLSRequirement: each of
+// --upstream and --control-upstream keeps libpq's sslmode (prefer when
+// unset), and the proxy warns when only the sessions were told to
+// require TLS: the control connections carry the control password.
+func TestManagedPostgresControlUpstreamWithoutTLSRequirement(t *testing.T) {
+	t.Parallel()
+	srv, caFile := managedServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := fmt.Sprintf("postgres://postgres:%s@localhost:%d/postgres?sslrootcert=%s", managedPassword, srv.Port(), url.QueryEscape(caFile))
+	for _, tc := range []struct {
+		control string
+		warn    bool
+	}{{base, true}, {base + "&sslmode=verify-full", false}} {
+		logs := &pgtest.SyncBuffer{}
+		a, err := app.Start(ctx, app.Config{Listen: "127.0.0.1:0", Upstream: base + "&sslmode=verify-full", ControlUpstream: tc.control,
+			Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = a.Close(ctx)
+		if got := strings.Contains(logs.String(), "--control-upstream may connect without TLS while --upstream requires it"); got != tc.warn {
+			t.Errorf("control upstream %s: warned %v, want %v:\n%s", tc.control, got, tc.warn, logs)
+		}
+		if strings.Contains(logs.String(), managedPassword) {
+			t.Fatalf("the password appears in the log:\n%s", logs)
+		}
+	}
+}

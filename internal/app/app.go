@@ -232,6 +232,13 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		if ctl, err = parseUpstreamFlag("--control-upstream", cfg.ControlUpstream, cfg.PasswordFile); err != nil {
 			return nil, err
 		}
+		if up.wire.TLSMode == wire.TLSRequire && ctl.wire.TLSMode != wire.TLSRequire && ctl.wire.Network != "unix" {
+			// Each setting keeps libpq's meaning (the default is prefer),
+			// but the control connections carry the control password: say
+			// so when only the sessions were told to require TLS.
+			a.log.Warn("--control-upstream may connect without TLS while --upstream requires it; the control connections carry the control password: add sslmode="+up.wire.SSLMode+" to --control-upstream",
+				"control_sslmode", ctl.wire.SSLMode, "upstream_sslmode", up.wire.SSLMode)
+		}
 	}
 	// The listener first: a taken address must fail before an embedded
 	// server is initialised or started for nothing.
