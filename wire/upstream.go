@@ -172,6 +172,15 @@ func (s *Server) dialServer(ctx context.Context, a tlsAttempt) (c net.Conn, plai
 			Message: fmt.Sprintf("snowflake-proxy: TLS with the server failed (sslmode=%s): %v", u.sslMode(), err),
 			Err:     fmt.Errorf("%w: %w", errTLSDeclined, err)}
 	}
+	if u.DirectTLS && tc.ConnectionState().NegotiatedProtocol != "postgresql" {
+		// As libpq: a server that speaks direct TLS selects the postgresql
+		// protocol; without it the other end may be another TLS service
+		// answering on that port (a cross-protocol attack).
+		_ = raw.Close()
+		return nil, false, &Error{Kind: KindUpstreamTLS, Code: codeUnableToConnect,
+			Message: fmt.Sprintf("snowflake-proxy: direct TLS with the server was established without the postgresql protocol negotiated (ALPN) (sslmode=%s, sslnegotiation=direct)", u.sslMode()),
+			Err:     errors.New("direct TLS without ALPN postgresql")}
+	}
 	_ = raw.SetDeadline(time.Time{})
 	return &serverTLS{TLSConn: tc, sentCert: sentCert}, false, nil
 }

@@ -355,3 +355,72 @@ func TestUpstreamTLSConfigChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectTLSNeedsALPN: with sslnegotiation=direct the server must
+// select the postgresql protocol in the handshake, as libpq requires;
+// another TLS service answering on the port (which selects none) is
+// refused before anything is sent to it. Against a TLS listener of Go's
+// own, with and without ALPN.
+func TestDirectTLSNeedsALPN(t *testing.T) {
+	ca := pgtest.NewCA(t, "direct CA")
+	cert := ca.Server(t, "localhost", "127.0.0.1").TLS(t)
+	for _, tc := range []struct {
+		name   string
+		protos []string
+		msg    string // "": the dial succeeds
+	}{
+		{"postgresql selected", []string{"postgresql"}, ""},
+		{"no ALPN", nil, "without the postgresql protocol negotiated (ALPN)"},
+		// Go's server ends such a handshake itself (no_application_protocol).
+		{"another protocol", []string{"http/1.1"}, "TLS with the server failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: tc.protos})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			got := make(chan []byte, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					got <- nil
+					return
+				}
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				buf := make([]byte, 64)
+				n, _ := c.Read(buf) // the handshake, then what the proxy sends
+				got <- buf[:n]
+			}()
+			s, err := New(Config{Upstream: Upstream{Network: "tcp", Address: ln.Addr().String(), TLSMode: TLSRequire,
+				TLS: verifying(ca, "localhost"), DirectTLS: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, _, err := s.dialServer(ctx, attemptTLS)
+			if tc.msg == "" {
+				if err != nil {
+					t.Fatalf("dial: %v", err)
+				}
+				if _, err := c.Write([]byte("hello")); err != nil {
+					t.Fatal(err)
+				}
+				if b := <-got; string(b) != "hello" {
+					t.Fatalf("server read %q", b)
+				}
+				_ = c.Close()
+				return
+			}
+			var we *Error
+			if !errors.As(err, &we) || we.Code != "08001" || !strings.Contains(we.Message, tc.msg) {
+				t.Fatalf("dial: %v", err)
+			}
+			if b := <-got; len(b) != 0 {
+				t.Fatalf("the proxy sent %q to a server that did not select postgresql", b)
+			}
+		})
+	}
+}
