@@ -28,13 +28,15 @@ const managedPassword = "Managed-pw-7f3a"
 
 // managedServer is a server set up like a managed PostgreSQL: TLS only
 // (hostssl), SCRAM only, a certificate from a CA of its own. The CA
-// certificate is written to a file, as a provider hands it out.
-func managedServer(t *testing.T) (srv *pgserver.Server, caFile string) {
+// certificate is written to a file, as a provider hands it out. hba lines
+// go before the one that gives every role SCRAM.
+func managedServer(t *testing.T, hba ...string) (srv *pgserver.Server, caFile string) {
 	t.Helper()
 	ca := pgtest.NewCA(t, "managed provider CA")
+	lines := append(append([]string{"local all all trust"}, hba...), "hostssl all all 127.0.0.1/32 scram-sha-256")
 	srv = pgtest.StartTLS(t, pgserver.Options{Password: managedPassword,
 		Settings: map[string]string{"password_encryption": "'scram-sha-256'"},
-		HBA:      []string{"local all all trust", "hostssl all all 127.0.0.1/32 scram-sha-256"}},
+		HBA:      lines},
 		ca, ca.Server(t, "localhost", "127.0.0.1"))
 	caFile = filepath.Join(t.TempDir(), "provider-ca.pem")
 	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
@@ -248,16 +250,7 @@ func TestManagedPostgresChannelBindingPsql(t *testing.T) {
 // sessions' SCRAM cannot be bound to the proxy's TLS connection.
 func TestManagedPostgresChannelBindingRequired(t *testing.T) {
 	t.Parallel()
-	ca := pgtest.NewCA(t, "managed provider CA")
-	srv := pgtest.StartTLS(t, pgserver.Options{Password: managedPassword,
-		Settings: map[string]string{"password_encryption": "'scram-sha-256'"},
-		HBA: []string{"local all all trust", "hostssl all cleartext 127.0.0.1/32 password",
-			"hostssl all all 127.0.0.1/32 scram-sha-256"}},
-		ca, ca.Server(t, "localhost", "127.0.0.1"))
-	caFile := filepath.Join(t.TempDir(), "provider-ca.pem")
-	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	srv, caFile := managedServer(t, "hostssl all cleartext 127.0.0.1/32 password")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	base := fmt.Sprintf("postgres://postgres:%s@localhost:%d/postgres?channel_binding=require", managedPassword, srv.Port())
