@@ -193,6 +193,7 @@ DECLARE
     d bigint;
     bms bigint;
     bcnt bigint;
+    rlive bigint;
     rmax bigint;
     got boolean := false;
 BEGIN
@@ -297,6 +298,16 @@ BEGIN
         IF bk IS NOT NULL THEN
             bd := to_regclass('snowflake._blkd_' || seq::oid::text);
         END IF;
+        IF bd IS NOT NULL THEN
+            -- R: the live block's start, NULL while none is (a lease ended
+            -- it, leaving R uncalled); rmax, where the highest block starts,
+            -- also then. Under the lock neither changes.
+            rlive := pg_sequence_last_value(bd);
+            rmax := rlive;
+            IF rmax IS NULL THEN
+                EXECUTE format('SELECT last_value FROM %s', bd) INTO rmax;
+            END IF;
+        END IF;
 
         -- S, or what the narrow store holds above it (_narrow_put): _s_pos,
         -- written out so that S is read once per call. A negative
@@ -311,7 +322,7 @@ BEGIN
             -- The live block, when it is this node's, not behind the clock
             -- and not used up: its next ID. Nothing else to write, it was
             -- reserved when it was made.
-            d := coalesce(pg_sequence_last_value(bd), 0);
+            d := coalesce(rlive, 0);
             IF d > 0 AND ((d >> 12) & 1023) = node AND (d >> 22) >= now_ms THEN
                 v := nextval(bk);
                 got := v - d BETWEEN 0 AND 1023;
@@ -355,14 +366,6 @@ BEGIN
         END IF;
         IF NOT got THEN
             d := NULL;
-            IF bd IS NOT NULL THEN
-                -- R's value, also after a lease ended its block (which
-                -- leaves it uncalled: pg_sequence_last_value reads NULL).
-                rmax := pg_sequence_last_value(bd);
-                IF rmax IS NULL THEN
-                    EXECUTE format('SELECT last_value FROM %s', bd) INTO rmax;
-                END IF;
-            END IF;
             IF bd IS NOT NULL AND prm.increment = 1 THEN
                 -- A new block [cnt, cnt + 1023], issued here as its top,
                 -- unless it would lie below R, the highest block made so far
