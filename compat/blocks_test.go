@@ -60,13 +60,13 @@ type sessionDraws struct {
 	last int64
 }
 
-// take runs sql on c and checks and records its IDs; false (the test
-// marked failed) when the statement fails.
-func (s *sessionDraws) take(c *testConn, sql string) bool {
+// take runs sql on c, checks and records its IDs and returns them; nil
+// (the test marked failed) when the statement fails.
+func (s *sessionDraws) take(c *testConn, sql string) []int64 {
 	var got []int64
 	if err := c.QueryRow(context.Background(), sql).Scan(&got); err != nil {
 		s.t.Error(err)
-		return false
+		return nil
 	}
 	for _, id := range got {
 		if _, n, _ := generator.Decompose(id); (s.node != 0 && n != s.node) || id <= s.last {
@@ -75,7 +75,7 @@ func (s *sessionDraws) take(c *testConn, sql string) bool {
 		s.last = id
 		s.ids.add(id, s.who)
 	}
-	return true
+	return got
 }
 
 // increasing fails the test unless ids increase and carry node's bits.
@@ -207,8 +207,8 @@ func TestBlocksWithLeasesAndOtherNodes(t *testing.T) {
 			defer wg.Done()
 			d := &sessionDraws{t: t, ids: ids, who: fmt.Sprintf("per-row %d", g), node: node}
 			for i := 0; i < 8; i++ {
-				if !d.take(sc, "SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 700) g") ||
-					!d.take(sc, "SELECT ARRAY[snowflake.nextval('s')]") {
+				if d.take(sc, "SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 700) g") == nil ||
+					d.take(sc, "SELECT ARRAY[snowflake.nextval('s')]") == nil {
 					return
 				}
 			}
@@ -288,7 +288,7 @@ func TestBlocksAcrossRollbacksAndPreparedTransactions(t *testing.T) {
 				gid := fmt.Sprintf("blocks_%d_%d_%d", oid, g, i)
 				for _, stmt := range []string{"BEGIN", draw, "SAVEPOINT a", draw, "ROLLBACK TO a", draw} {
 					if stmt == draw {
-						if !d.take(sc, draw) {
+						if d.take(sc, draw) == nil {
 							return
 						}
 					} else if _, err := sc.Exec(ctx, stmt); err != nil {
@@ -374,7 +374,7 @@ func TestBlocksDrawnByHandAndSquatted(t *testing.T) {
 			defer wg.Done()
 			d := &sessionDraws{t: t, ids: ids, who: fmt.Sprintf("user %d", g)}
 			for i := 0; i < 10; i++ {
-				if !d.take(uc, "SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 500) g") {
+				if d.take(uc, "SELECT array_agg(snowflake.nextval('s') ORDER BY g) FROM generate_series(1, 500) g") == nil {
 					return
 				}
 			}
@@ -511,14 +511,8 @@ func TestBlockOfALowerNodeNeverTakesBBackIntoALiveBlock(t *testing.T) {
 			mustExec(t, high, "SET snowflake.node = 3")
 			low := connect(t, url)
 			mustExec(t, low, "SET snowflake.node = 2")
-			draw := func(conn *testConn, seq string, n int) []int64 {
-				t.Helper()
-				var got []int64
-				if err := conn.QueryRow(ctxT(t), fmt.Sprintf(
-					"SELECT array_agg(snowflake.nextval('%s') ORDER BY g) FROM generate_series(1, %d) g", seq, n)).Scan(&got); err != nil {
-					t.Fatal(err)
-				}
-				return got
+			draws := func(seq string, n int) string {
+				return fmt.Sprintf("SELECT array_agg(snowflake.nextval('%s') ORDER BY g) FROM generate_series(1, %d) g", seq, n)
 			}
 			// Node 2's call must come in the millisecond of node 3's block,
 			// which lies 5 ms ahead of the clock (as far as a block may):
@@ -533,23 +527,23 @@ func TestBlockOfALowerNodeNeverTakesBBackIntoALiveBlock(t *testing.T) {
 				mustExec(t, c, fmt.Sprintf("SELECT snowflake._blocks('%s')", seq))
 				mustExec(t, high, fmt.Sprintf("SELECT setval('%s', (%s + 5) << 22)", seq, serverMsSQL))
 				ids := newIDSet(t)
-				highIDs := draw(high, seq, 10)
-				increasing(t, "node 3", highIDs, 3)
-				for _, id := range highIDs {
-					ids.add(id, "node 3")
+				highDraws := &sessionDraws{t: t, ids: ids, who: "node 3", node: 3}
+				lowDraws := &sessionDraws{t: t, ids: ids, who: "node 2", node: 2}
+				highIDs := highDraws.take(high, draws(seq, 10))
+				if highIDs == nil {
+					t.FailNow()
 				}
 				if tc.ended {
 					// As _lease ends a block (TestBlockNotUsedAfterALease):
 					// R keeps its value and reads as NULL.
 					mustExec(t, high, fmt.Sprintf("SELECT setval('snowflake._blkd_%d', last_value, false) FROM snowflake._blkd_%d", oid, oid))
 				}
-				lowIDs := draw(low, seq, 3)
-				increasing(t, "node 2", lowIDs, 2)
+				lowIDs := lowDraws.take(low, draws(seq, 3))
+				if lowIDs == nil {
+					t.FailNow()
+				}
 				if lowIDs[0] > highIDs[0] {
 					continue // the clock passed the block's millisecond first
-				}
-				for _, id := range lowIDs {
-					ids.add(id, "node 2")
 				}
 				// From anywhere in node 2's counts of that millisecond,
 				// 5,000 draws reach node 3's.
@@ -563,11 +557,7 @@ func TestBlockOfALowerNodeNeverTakesBBackIntoALiveBlock(t *testing.T) {
 						t.Fatalf("B handed out %v, issued to %s before the jump, again", generator.Decode(v), who)
 					}
 				}
-				more := draw(high, seq, 10)
-				increasing(t, "node 3 after", append(highIDs, more...), 3)
-				for _, id := range more {
-					ids.add(id, "node 3")
-				}
+				highDraws.take(high, draws(seq, 10))
 				return
 			}
 		})
