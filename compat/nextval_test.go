@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
 // future is an ms far enough ahead that "now" is behind it for the test.
@@ -292,5 +293,64 @@ func TestNoLockLeftOnCancel(t *testing.T) {
 			mustExec(t, victim, "RESET statement_timeout")
 			queryInt(t, victim, "SELECT snowflake.nextval('s')")
 		})
+	}
+}
+
+// The default sequence's privileges are the extension's: PUBLIC may use
+// snowflake.id_seq (nextval, currval), not read or write it. The shim used
+// to grant PUBLIC UPDATE and SELECT on it too, so that any role could
+// setval it into the past, or call _release for it and take a node's lease
+// top back while that node's proxy still issued from the lease: shim IDs
+// inside the proxy's lease, issued twice (regression). An update takes the
+// old grants back.
+func TestDefaultSequenceOnlyUsableByPublic(t *testing.T) {
+	t.Parallel()
+	url, c, _, _ := shimDB(t)
+	role, roleURL := testRole(t, c, url, "idseq")
+	r := connect(t, roleURL)
+	mustExec(t, r, "SET snowflake.node = 3")
+	id := queryInt(t, r, "SELECT snowflake.nextval()")
+	if cur := queryInt(t, r, "SELECT snowflake.currval()"); cur != id {
+		t.Fatalf("currval %d, want %d", cur, id)
+	}
+	// The per-row path (blocks of id_seq) serves the role as well.
+	if n := queryInt(t, r, "SELECT count(DISTINCT snowflake.nextval()) FROM generate_series(1, 3000)"); n != 3000 {
+		t.Fatalf("%d distinct IDs of 3000", n)
+	}
+	checkDenied := func() {
+		t.Helper()
+		wantErr(t, pgErr(t, r, "SELECT setval('snowflake.id_seq', 1)"), "42501", "permission denied for sequence id_seq")
+		wantErr(t, pgErr(t, r, "SELECT last_value FROM snowflake.id_seq"), "42501", "permission denied for sequence id_seq")
+		wantErr(t, pgErr(t, r, "SELECT * FROM snowflake._lease('snowflake.id_seq', 3, 0, 0, 0)"), "42501", "permission denied for sequence id_seq")
+		wantErr(t, pgErr(t, r, "SELECT snowflake._release('snowflake.id_seq', 3, 1, 0)"), "42501", "permission denied for sequence id_seq")
+		for _, priv := range []string{"SELECT", "UPDATE"} {
+			if queryInt(t, c, "SELECT has_sequence_privilege($1, 'snowflake.id_seq', $2)::int", role, priv) != 0 {
+				t.Fatalf("%s holds %s on snowflake.id_seq", role, priv)
+			}
+		}
+	}
+	checkDenied()
+
+	// Leases need what setval needs, UPDATE, on any sequence: USAGE let a
+	// role that may only draw from a sequence lease it far ahead and date
+	// every later ID of the node there (regression).
+	mustExec(t, c, "CREATE SEQUENCE usable")
+	mustExec(t, c, "CREATE SEQUENCE writable")
+	mustExec(t, c, "GRANT USAGE ON SEQUENCE usable TO "+role)
+	mustExec(t, c, "GRANT UPDATE ON SEQUENCE writable TO "+role)
+	far := (future() + 864_000_000) << 12
+	wantErr(t, pgErr(t, r, "SELECT * FROM snowflake._lease('usable', 3, 0, $1, 0)", far), "42501", "permission denied for sequence usable")
+	wantErr(t, pgErr(t, r, "SELECT snowflake._release('usable', 3, 1, 0)"), "42501", "permission denied for sequence usable")
+	queryInt(t, r, "SELECT snowflake.nextval('usable')")
+	if hi := queryInt(t, r, "SELECT hi_pos FROM snowflake._lease('writable', 3, 0, 0, 0)"); hi <= 0 {
+		t.Fatalf("lease of writable: hi_pos %d", hi)
+	}
+
+	// An update from a shim that granted them takes them back.
+	mustExec(t, c, "GRANT SELECT, UPDATE ON SEQUENCE snowflake.id_seq TO PUBLIC")
+	mustExec(t, c, extSQL(t, plan.AlterExtension, nil))
+	checkDenied()
+	if next := queryInt(t, r, "SELECT snowflake.nextval()"); next <= id {
+		t.Fatalf("nextval after the update %d <= %d", next, id)
 	}
 }

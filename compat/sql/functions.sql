@@ -749,7 +749,10 @@ BEGIN
         RAISE EXCEPTION '"%" is not a sequence', coalesce(rname, seq::oid::text)
             USING ERRCODE = 'wrong_object_type';
     END IF;
-    IF NOT has_sequence_privilege(session_user, seq, 'USAGE, UPDATE') THEN
+    -- A lease moves H and S as setval would: UPDATE, which setval needs.
+    -- USAGE, enough for nextval, let any role that may draw from seq date
+    -- a node's later IDs into the future (regression).
+    IF NOT has_sequence_privilege(session_user, seq, 'UPDATE') THEN
         RAISE EXCEPTION 'permission denied for sequence %', rname
             USING ERRCODE = 'insufficient_privilege';
     END IF;
@@ -910,8 +913,10 @@ DECLARE
     done bigint;
     in_window boolean;
 BEGIN
-    IF NOT has_sequence_privilege(session_user, seq, 'USAGE, UPDATE') THEN
-        RAISE EXCEPTION 'permission denied for sequence %', seq
+    -- UPDATE, as for _lease: it lowers H.
+    IF NOT has_sequence_privilege(session_user, seq, 'UPDATE') THEN
+        RAISE EXCEPTION 'permission denied for sequence %',
+            (SELECT c.relname FROM pg_class c WHERE c.oid = seq)
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF node < 1 OR node > 1023 OR least(hi_pos, issued_pos) < 0 OR issued_pos > hi_pos
@@ -1146,7 +1151,13 @@ $fn$;
 -- Privileges: the API is usable by PUBLIC; _issue and _lease check for
 -- themselves.
 GRANT USAGE ON SCHEMA snowflake TO PUBLIC;
-GRANT USAGE, SELECT, UPDATE ON SEQUENCE snowflake.id_seq TO PUBLIC;
+-- snowflake.id_seq as the extension grants it: PUBLIC may use it (nextval,
+-- currval), not read or write it. Earlier shims granted SELECT and UPDATE
+-- too, which let any role setval it, or call _lease for it and date every
+-- later ID of a node into the future, or _release and lower a node's H
+-- under a proxy still issuing from that lease; an update takes them back.
+REVOKE SELECT, UPDATE ON SEQUENCE snowflake.id_seq FROM PUBLIC;
+GRANT USAGE ON SEQUENCE snowflake.id_seq TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA snowflake TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._narrow_put(bigint), snowflake._narrow_note(regclass),
     snowflake._s_pos(regclass), snowflake._store(regclass, bigint) FROM PUBLIC;
