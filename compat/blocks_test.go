@@ -604,3 +604,35 @@ func TestBlocksOfTwoNodesInTurnStayNearTheClock(t *testing.T) {
 		}
 	}
 }
+
+// currval is the ID the session's last call returned. A call that finds
+// its node's live block used up, and cannot make the next block because
+// it would lie below that one (S set into the past below a block dated
+// ahead; here the block is placed a minute ahead of S), issues one ID
+// below the block and leaves B alone. currval took the larger of that ID
+// and B's session value, the draw the call had refused: an ID nobody was
+// given (regression).
+func TestCurrvalAfterASingleIDBelowALiveBlock(t *testing.T) {
+	t.Parallel()
+	_, c, _, oid := shimDB(t)
+	mustExec(t, c, "SELECT snowflake._blocks('s')")
+	mustExec(t, c, "SET snowflake.node = 5")
+	queryInt(t, c, "SELECT snowflake.nextval('s')")
+	d := queryInt(t, c, fmt.Sprintf("SELECT ((%s + 60000) << 22) | (5 << 12)", serverMsSQL))
+	mustExec(t, c, fmt.Sprintf("SELECT setval('snowflake._blk_%d', %d, false), setval('snowflake._blkd_%d', %d)", oid, d, oid, d))
+	if id := queryInt(t, c, "SELECT snowflake.nextval('s')"); id != d {
+		t.Fatalf("got %v, want %v from the block", generator.Decode(id), generator.Decode(d))
+	}
+	mustExec(t, c, fmt.Sprintf("SELECT count(nextval('snowflake._blk_%d')) FROM generate_series(1, 1100)", oid))
+	for i := 0; i < 3; i++ {
+		id := queryInt(t, c, "SELECT snowflake.nextval('s')")
+		if id >= d {
+			t.Fatalf("got %v, want an ID below the used-up block at %v", generator.Decode(id), generator.Decode(d))
+		}
+		for _, q := range []string{"SELECT snowflake.currval('s')", "SELECT snowflake._currval('s', NULL)"} {
+			if cur := queryInt(t, c, q); cur != id {
+				t.Fatalf("%s: %v, want %v, the ID the last call returned", q, generator.Decode(cur), generator.Decode(id))
+			}
+		}
+	}
+}

@@ -196,6 +196,8 @@ DECLARE
     rlive bigint;
     rmax bigint;
     got boolean := false;
+    bstale text;
+    reading_b boolean := false;
 BEGIN
     -- Checks in the order of the extension's nextval. Plain function calls
     -- only for a sequence (no queries): this is the hot path of every shim
@@ -414,15 +416,32 @@ BEGIN
                 -- One ID with B there, above every block: B keeps it as the
                 -- session's value for currval, and the values B hands out
                 -- after it lie above every block, so no call takes them.
-                -- Below R (a lower node's ID in the millisecond of another
-                -- node's live block) B and R stay.
                 done := setval(bk, v, true);
+            ELSIF bk IS NOT NULL THEN
+                -- Below R (a lower node's ID in the millisecond of another
+                -- node's live block, or S set into the past below a block
+                -- dated ahead) B and R stay. B's session value, if any, is
+                -- then older than v but may be larger (a draw refused just
+                -- before): noted, so that currval passes over it until the
+                -- session draws from B again (_blk_currval; regression).
+                reading_b := true;
+                bstale := currval(bk)::text;
+                reading_b := false;
             END IF;
         END IF;
         RAISE SQLSTATE 'SFUNL';
     EXCEPTION WHEN SQLSTATE 'SFUNL' THEN
         NULL;
+    WHEN object_not_in_prerequisite_state THEN
+        -- From currval(bk) above, the last statement of the block: this
+        -- session has no value of B. Anything else is an error.
+        IF NOT reading_b THEN
+            RAISE;
+        END IF;
     END;
+    IF bstale IS NOT NULL THEN
+        PERFORM set_config('snowflake._blk_stale_' || seq::oid::text, bstale, false);
+    END IF;
     IF memo IS NOT NULL THEN
         PERFORM set_config(seen, memo, false);
     END IF;
@@ -514,9 +533,10 @@ AS $fn$SELECT CASE
 -- _blk_currval is the session's value of B(seq): the last ID this session
 -- took from a block or, while B exists, from the slow path; NULL without.
 -- A value drawn and refused by nextval is followed by the slow path, which
--- leaves B's session value at the ID it issues; when that raises an error
--- (no node, an invalid one) the refused value has another node's bits:
--- only a value of the session's node counts.
+-- leaves B's session value at the ID it issues, or notes the value stale
+-- when it leaves B alone (_issue); when that raises an error (no node, an
+-- invalid one) the refused value has another node's bits: only a value of
+-- the session's node counts.
 CREATE OR REPLACE FUNCTION snowflake._blk_currval(seq regclass) RETURNS bigint
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -531,6 +551,11 @@ BEGIN
     END IF;
     v := currval(bk);
     IF ((v >> 12) & 1023) <> node::integer OR node::integer = 0 THEN
+        RETURN NULL;
+    END IF;
+    -- A slow-path call left B alone after this value (_issue): the ID it
+    -- returned, in the session's currval setting, is the later one.
+    IF v::text = current_setting('snowflake._blk_stale_' || seq::oid::text, true) THEN
         RETURN NULL;
     END IF;
     RETURN v;
