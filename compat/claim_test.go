@@ -446,6 +446,7 @@ func TestClaimWithoutTablePrivilege(t *testing.T) {
 	url, c, db, oid := shimDB(t)
 	weak, weakURL := testRole(t, c, url, "weak")
 	mustExec(t, c, "GRANT USAGE, UPDATE ON SEQUENCE s TO "+weak)
+	mustExec(t, c, "GRANT EXECUTE ON FUNCTION snowflake._lease(regclass, integer, bigint, bigint, bigint), snowflake._release(regclass, integer, bigint, bigint) TO "+weak)
 
 	var logBuf pgtest.SyncBuffer
 	a := newService(t, weakURL, 7, logTo(&logBuf))

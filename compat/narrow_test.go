@@ -3,6 +3,7 @@ package compat
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -92,3 +93,41 @@ func TestNarrowSequencesConcurrent(t *testing.T) {
 
 // errRollBack makes pgx.BeginTxFunc roll the transaction back.
 var errRollBack = fmt.Errorf("roll back")
+
+// The narrow store is read by every sequence of the database, so nothing
+// may put a position far ahead in it. A role without privileges gave its
+// own temporary sequence a MAXVALUE a year ahead as a snowflake, set it
+// there and called snowflake.nextval: the next ID did not fit, went to the
+// store, and every sequence's IDs were dated a year ahead (regression).
+// The call is refused now, and leases, which could store any position,
+// are the proxies' alone (TestDefaultSequenceOnlyUsableByPublic).
+func TestNarrowStoreTakesNothingFarAhead(t *testing.T) {
+	t.Parallel()
+	url, c, _, _ := shimDB(t)
+	_, roleURL := testRole(t, c, url, "narrowfar")
+	r := connect(t, roleURL)
+	mustExec(t, r, "SET snowflake.node = 4")
+	storeBefore := queryInt(t, c, "SELECT coalesce(last_value, 0) FROM snowflake._hw_narrow")
+	far := queryInt(t, r, fmt.Sprintf("SELECT ((%s + 31536000000) << 22) | (1023 << 12) | 4095", serverMsSQL))
+	mustExec(t, r, fmt.Sprintf("CREATE TEMP SEQUENCE far MINVALUE 1 MAXVALUE %d", far))
+	mustExec(t, r, fmt.Sprintf("SELECT setval('far', %d)", far))
+	pe := pgErr(t, r, "SELECT snowflake.nextval('far')")
+	if pe.Code != "2200H" || !strings.Contains(pe.Message, `sequence "far" lies outside its bounds`) {
+		t.Fatalf("got %s %q, want 2200H for the next ID outside far's bounds", pe.Code, pe.Message)
+	}
+	wantErr(t, pgErr(t, r, "SELECT * FROM snowflake._lease('far', 4, 0, 0, 0)"), "42501", "permission denied for function _lease")
+	if got := queryInt(t, c, "SELECT coalesce(last_value, 0) FROM snowflake._hw_narrow"); got != storeBefore {
+		t.Fatalf("narrow store moved from %d to %d", storeBefore, got)
+	}
+	mustExec(t, c, "SET snowflake.node = 4")
+	before := queryInt(t, c, "SELECT "+serverMsSQL)
+	id := queryInt(t, c, "SELECT snowflake.nextval('s')")
+	if ms, _, _ := generator.Decompose(id); ms > before+100 {
+		t.Fatalf("s's next ID dated %d ms after the clock", ms-before)
+	}
+	// A narrow sequence within the clock still goes through the store.
+	mustExec(t, r, "CREATE TEMP SEQUENCE small AS integer")
+	if id := queryInt(t, r, "SELECT snowflake.nextval('small')"); id <= 0 {
+		t.Fatalf("narrow sequence: %d", id)
+	}
+}

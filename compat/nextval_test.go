@@ -190,7 +190,7 @@ func TestNextvalErrors(t *testing.T) {
 	nb := connectConfig(t, cfg)
 	mustExec(t, nb, "SET snowflake.node = 9")
 	wantErr(t, pgErr(t, nb, "SELECT snowflake._issue('secret', 'postgres')"), "42501", "permission denied for sequence secret")
-	wantErr(t, pgErr(t, nb, "SELECT * FROM snowflake._lease('secret', 1, 0, 0, 0)"), "42501", "permission denied for sequence secret")
+	wantErr(t, pgErr(t, nb, "SELECT * FROM snowflake._lease('secret', 1, 0, 0, 0)"), "42501", "permission denied for function _lease")
 	queryInt(t, nb, "SELECT snowflake.nextval('usable')")
 }
 
@@ -321,8 +321,8 @@ func TestDefaultSequenceOnlyUsableByPublic(t *testing.T) {
 		t.Helper()
 		wantErr(t, pgErr(t, r, "SELECT setval('snowflake.id_seq', 1)"), "42501", "permission denied for sequence id_seq")
 		wantErr(t, pgErr(t, r, "SELECT last_value FROM snowflake.id_seq"), "42501", "permission denied for sequence id_seq")
-		wantErr(t, pgErr(t, r, "SELECT * FROM snowflake._lease('snowflake.id_seq', 3, 0, 0, 0)"), "42501", "permission denied for sequence id_seq")
-		wantErr(t, pgErr(t, r, "SELECT snowflake._release('snowflake.id_seq', 3, 1, 0)"), "42501", "permission denied for sequence id_seq")
+		wantErr(t, pgErr(t, r, "SELECT * FROM snowflake._lease('snowflake.id_seq', 3, 0, 0, 0)"), "42501", "permission denied for function _lease")
+		wantErr(t, pgErr(t, r, "SELECT snowflake._release('snowflake.id_seq', 3, 1, 0)"), "42501", "permission denied for function _release")
 		for _, priv := range []string{"SELECT", "UPDATE"} {
 			if queryInt(t, c, "SELECT has_sequence_privilege($1, 'snowflake.id_seq', $2)::int", role, priv) != 0 {
 				t.Fatalf("%s holds %s on snowflake.id_seq", role, priv)
@@ -331,20 +331,29 @@ func TestDefaultSequenceOnlyUsableByPublic(t *testing.T) {
 	}
 	checkDenied()
 
-	// Leases need what setval needs, UPDATE, on any sequence: USAGE let a
-	// role that may only draw from a sequence lease it far ahead and date
-	// every later ID of the node there (regression).
+	// Leases are for the roles of proxies (the installer, or a control
+	// role granted EXECUTE), and even for those they need what setval
+	// needs, UPDATE, on the sequence: USAGE let a role that may only draw
+	// from a sequence lease it far ahead and date every later ID of the
+	// node there (regression).
 	mustExec(t, c, "CREATE SEQUENCE usable")
 	mustExec(t, c, "CREATE SEQUENCE writable")
 	mustExec(t, c, "GRANT USAGE ON SEQUENCE usable TO "+role)
 	mustExec(t, c, "GRANT UPDATE ON SEQUENCE writable TO "+role)
 	far := (future() + 864_000_000) << 12
+	wantErr(t, pgErr(t, r, "SELECT hi_pos FROM snowflake._lease('writable', 3, 0, 0, 0)"), "42501", "permission denied for function _lease")
+	wantErr(t, pgErr(t, r, "SELECT snowflake._blocks('writable')"), "42501", "permission denied for function _blocks")
+	if n := queryInt(t, r, "SELECT snowflake._blocks_all()"); n != 0 {
+		t.Fatalf("_blocks_all made %d blocks for a role without EXECUTE on _blocks", n)
+	}
+	mustExec(t, c, "GRANT EXECUTE ON FUNCTION snowflake._lease(regclass, integer, bigint, bigint, bigint), snowflake._release(regclass, integer, bigint, bigint) TO "+role)
 	wantErr(t, pgErr(t, r, "SELECT * FROM snowflake._lease('usable', 3, 0, $1, 0)", far), "42501", "permission denied for sequence usable")
 	wantErr(t, pgErr(t, r, "SELECT snowflake._release('usable', 3, 1, 0)"), "42501", "permission denied for sequence usable")
 	queryInt(t, r, "SELECT snowflake.nextval('usable')")
 	if hi := queryInt(t, r, "SELECT hi_pos FROM snowflake._lease('writable', 3, 0, 0, 0)"); hi <= 0 {
 		t.Fatalf("lease of writable: hi_pos %d", hi)
 	}
+	mustExec(t, c, "REVOKE EXECUTE ON FUNCTION snowflake._lease(regclass, integer, bigint, bigint, bigint), snowflake._release(regclass, integer, bigint, bigint) FROM "+role)
 
 	// An update from a shim that granted them takes them back.
 	mustExec(t, c, "GRANT SELECT, UPDATE ON SEQUENCE snowflake.id_seq TO PUBLIC")

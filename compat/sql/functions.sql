@@ -396,6 +396,19 @@ BEGIN
             IF v BETWEEN prm.minimum_value AND prm.maximum_value THEN
                 done := setval(seq, v, true);
             ELSE
+                -- The narrow store is the database's, read by every
+                -- sequence: a position far ahead would date everyone's IDs
+                -- there. S's own value puts it there only for bounds made
+                -- for it (a MAXVALUE that is a future snowflake, reached),
+                -- which any role may give its own temporary sequence
+                -- (regression); what the rules put there otherwise lies
+                -- within a few ms of the clock.
+                IF ms > now_ms + 100 THEN
+                    SELECT c.relname INTO rname FROM pg_class c WHERE c.oid = seq;
+                    RAISE EXCEPTION 'nextval: the next ID of sequence "%" lies outside its bounds, % ms ahead of the clock', rname, ms - now_ms
+                        USING ERRCODE = 'sequence_generator_limit_exceeded',
+                              HINT = 'IDs outside a sequence''s bounds are kept in a store the whole database reads, which takes none dated more than 100 ms ahead; ALTER SEQUENCE ... AS bigint MINVALUE 1 NO MAXVALUE lets the sequence hold them.';
+                END IF;
                 PERFORM snowflake._narrow_put((ms << 12) | cnt);
                 narrow := true;
             END IF;
@@ -623,6 +636,9 @@ DECLARE
     r record;
     n integer := 0;
 BEGIN
+    IF NOT has_function_privilege('snowflake._blocks(regclass)', 'EXECUTE') THEN
+        RETURN 0; -- not a proxy's role (see "Privileges" below)
+    END IF;
     FOR r IN
         SELECT DISTINCT s.oid::regclass AS seq
         FROM pg_depend f
@@ -1173,8 +1189,15 @@ BEGIN
 END
 $fn$;
 
--- Privileges: the API is usable by PUBLIC; _issue and _lease check for
--- themselves.
+-- Privileges: the API is usable by PUBLIC; _issue checks for itself.
+-- _lease, _release and _blocks are the proxies': the installer's, and a
+-- control role's it is granted to. Open to PUBLIC, any role could lease
+-- a sequence of its own (a temporary one will do) and so hold the lock
+-- slot another sequence shares until it commits, or store positions far
+-- ahead in the narrow store every sequence reads; and code an
+-- unprivileged role owns, run under a privileged session user (an index
+-- expression during autovacuum's ANALYZE), passed their session_user
+-- checks (regression).
 GRANT USAGE ON SCHEMA snowflake TO PUBLIC;
 -- snowflake.id_seq as the extension grants it: PUBLIC may use it (nextval,
 -- currval), not read or write it. Earlier shims granted SELECT and UPDATE
@@ -1186,6 +1209,8 @@ GRANT USAGE ON SEQUENCE snowflake.id_seq TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA snowflake TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._narrow_put(bigint), snowflake._narrow_note(regclass),
     snowflake._s_pos(regclass), snowflake._store(regclass, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION snowflake._lease(regclass, integer, bigint, bigint, bigint),
+    snowflake._release(regclass, integer, bigint, bigint), snowflake._blocks(regclass) FROM PUBLIC;
 -- Blocks of id_seq and of the defaults that exist (an install, or an update
 -- from a shim without blocks). Not where the caller may not make them.
 PERFORM snowflake._blocks_all();
