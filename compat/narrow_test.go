@@ -116,6 +116,15 @@ func TestNarrowStoreTakesNothingFarAhead(t *testing.T) {
 		t.Fatalf("got %s %q, want 2200H for the next ID outside far's bounds", pe.Code, pe.Message)
 	}
 	wantErr(t, pgErr(t, r, "SELECT * FROM snowflake._lease('far', 4, 0, 0, 0)"), "42501", "permission denied for function _lease")
+	// Nor does a proxy's lease of such a sequence (its owner's sessions
+	// through a proxy would ask for one). A lease widens a MAXVALUE it may
+	// alter; a MINVALUE above the next ID of the node stays.
+	mustExec(t, c, fmt.Sprintf("CREATE SEQUENCE farreg MINVALUE %d", far-1))
+	mustExec(t, c, fmt.Sprintf("SELECT setval('farreg', %d)", far-1))
+	pe = pgErr(t, c, "SELECT * FROM snowflake._lease('farreg', 4, 0, 0, 0)")
+	if pe.Code != "2200H" {
+		t.Fatalf("lease of farreg: got %s %q, want 2200H", pe.Code, pe.Message)
+	}
 	if got := queryInt(t, c, "SELECT coalesce(last_value, 0) FROM snowflake._hw_narrow"); got != storeBefore {
 		t.Fatalf("narrow store moved from %d to %d", storeBefore, got)
 	}
@@ -125,9 +134,14 @@ func TestNarrowStoreTakesNothingFarAhead(t *testing.T) {
 	if ms, _, _ := generator.Decompose(id); ms > before+100 {
 		t.Fatalf("s's next ID dated %d ms after the clock", ms-before)
 	}
-	// A narrow sequence within the clock still goes through the store.
+	// A narrow sequence within the clock still goes through the store, and
+	// is leased.
 	mustExec(t, r, "CREATE TEMP SEQUENCE small AS integer")
 	if id := queryInt(t, r, "SELECT snowflake.nextval('small')"); id <= 0 {
 		t.Fatalf("narrow sequence: %d", id)
+	}
+	mustExec(t, c, "CREATE SEQUENCE smallreg AS integer")
+	if hi := queryInt(t, c, "SELECT hi_pos FROM snowflake._lease('smallreg', 4, 0, 0, 0)"); hi <= 0 {
+		t.Fatalf("lease of a narrow sequence: hi_pos %d", hi)
 	}
 }

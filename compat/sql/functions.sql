@@ -172,6 +172,7 @@ DECLARE
     prm record;
     inc bigint;
     narrow boolean := false;
+    s_own bigint;
     node_txt text;
     node integer;
     in_window boolean;
@@ -317,8 +318,8 @@ BEGIN
         -- extension would read its bits as millisecond 2^41-1 and issue
         -- IDs dated 2092.
         last := greatest(coalesce(pg_sequence_last_value(seq), 0), 0);
-        last := greatest((((last >> 22) & 2199023255551) << 12) | (last & 4095),
-                         coalesce(pg_sequence_last_value('snowflake._hw_narrow'::regclass), 0));
+        s_own := (((last >> 22) & 2199023255551) << 12) | (last & 4095);
+        last := greatest(s_own, coalesce(pg_sequence_last_value('snowflake._hw_narrow'::regclass), 0));
         now_ms := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000;
         IF bd IS NOT NULL AND prm.increment = 1 THEN
             -- The live block, when it is this node's, not behind the clock
@@ -398,14 +399,15 @@ BEGIN
             ELSE
                 -- The narrow store is the database's, read by every
                 -- sequence: a position far ahead would date everyone's IDs
-                -- there. S's own value puts it there only for bounds made
-                -- for it (a MAXVALUE that is a future snowflake, reached),
-                -- which any role may give its own temporary sequence
-                -- (regression); what the rules put there otherwise lies
-                -- within a few ms of the clock.
-                IF ms > now_ms + 100 THEN
+                -- there. S's own value is far ahead where the ID does not
+                -- fit only for bounds made for it (a MAXVALUE that is a
+                -- future snowflake, reached), which any role may give its
+                -- own temporary sequence (regression). A store ahead of
+                -- the clock (a lease's top, while leases raise S) is not
+                -- this sequence's doing.
+                IF (s_own >> 12) > now_ms + 100 THEN
                     SELECT c.relname INTO rname FROM pg_class c WHERE c.oid = seq;
-                    RAISE EXCEPTION 'nextval: the next ID of sequence "%" lies outside its bounds, % ms ahead of the clock', rname, ms - now_ms
+                    RAISE EXCEPTION 'nextval: the next ID of sequence "%" lies outside its bounds, % ms ahead of the clock', rname, (s_own >> 12) - now_ms
                         USING ERRCODE = 'sequence_generator_limit_exceeded',
                               HINT = 'IDs outside a sequence''s bounds are kept in a store the whole database reads, which takes none dated more than 100 ms ahead; ALTER SEQUENCE ... AS bigint MINVALUE 1 NO MAXVALUE lets the sequence hold them.';
                 END IF;
@@ -779,6 +781,7 @@ DECLARE
     s_pos bigint;
     h_pos bigint;
     id bigint;
+    own bigint;
     live bigint;
     done bigint;
 BEGIN
@@ -860,6 +863,19 @@ BEGIN
     -- this session process catalog invalidations: an H created by another
     -- proxy while we waited is visible to to_regclass below.
     s_pos := snowflake._s_pos(seq);
+    -- As in _issue: positions past S's bounds go to the narrow store,
+    -- which every sequence reads; S's own value far ahead of the clock
+    -- there comes only from bounds made for it, and its owner's sessions
+    -- through a proxy would put those positions in the store (regression).
+    own := greatest(coalesce(pg_sequence_last_value(seq), 0), 0);
+    own := (((own >> 22) & 2199023255551) << 12) | (own & 4095);
+    id := (((own + 1) >> 12) << 22) | (node::bigint << 12) | ((own + 1) & 4095);
+    IF (own >> 12) > floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000 + 100
+       AND id NOT BETWEEN (pg_sequence_parameters(seq)).minimum_value
+                      AND (pg_sequence_parameters(seq)).maximum_value THEN
+        RAISE EXCEPTION 'nextval: the next ID of sequence "%" lies outside its bounds, ahead of the clock', rname
+            USING ERRCODE = 'sequence_generator_limit_exceeded';
+    END IF;
 
     hw := to_regclass('snowflake.' || quote_ident(hwname));
     IF hw IS NOT NULL THEN
