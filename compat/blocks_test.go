@@ -636,3 +636,40 @@ func TestCurrvalAfterASingleIDBelowALiveBlock(t *testing.T) {
 		}
 	}
 }
+
+// A sequence's owner who is no superuser may drop it with its blocks and
+// leases: the drop trigger, which runs as that role, removes the block and
+// H sequences the installer owns through a function that drops them only
+// for a relation that no longer exists. Before, the drop failed with "must
+// be owner of sequence _blk_..." (regression). Called by another role for
+// a live sequence, that function drops nothing.
+func TestDropSequenceByItsOwnerWithBlocks(t *testing.T) {
+	t.Parallel()
+	url, c, _, _ := shimDB(t)
+	owner, ownerURL := testRole(t, c, url, "seqowner")
+	mustExec(t, c, "CREATE SCHEMA "+owner+" AUTHORIZATION "+owner)
+	o := connect(t, ownerURL)
+	mustExec(t, o, "CREATE SEQUENCE "+owner+".os")
+	mustExec(t, o, "CREATE TABLE "+owner+".ot (id bigint DEFAULT snowflake.nextval('"+owner+".os'), v int)")
+	oid := seqOID(t, c, owner+".os")
+	mustExec(t, c, fmt.Sprintf("SELECT snowflake._blocks(%d)", oid))
+	mustExec(t, c, fmt.Sprintf("SELECT * FROM snowflake._lease(%d, 3, 0, 0, 0)", oid))
+	leftovers := fmt.Sprintf(`SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'snowflake'::regnamespace
+		AND (c.relname IN ('_blk_%d', '_blkd_%d') OR c.relname LIKE '\_hw\_%d\_%%')`, oid, oid, oid)
+	if n := queryInt(t, c, leftovers); n != 3 {
+		t.Fatalf("%d block and H sequences, want 3", n)
+	}
+
+	_, otherURL := testRole(t, c, url, "dropother")
+	other := connect(t, otherURL)
+	mustExec(t, other, fmt.Sprintf("SELECT snowflake._drop_leftovers(%d)", oid))
+	if n := queryInt(t, c, leftovers); n != 3 {
+		t.Fatalf("another role's call for a live sequence left %d of 3", n)
+	}
+
+	mustExec(t, o, "DROP TABLE "+owner+".ot")
+	mustExec(t, o, "DROP SEQUENCE "+owner+".os")
+	if n := queryInt(t, c, leftovers); n != 0 {
+		t.Fatalf("%d block and H sequences left after the drop", n)
+	}
+}
