@@ -259,6 +259,13 @@ BEGIN
         END IF;
         PERFORM FROM snowflake._locks l WHERE l.slot = (seq::oid::bigint % 1024)::integer FOR UPDATE;
         IF NOT FOUND AND NOT in_window THEN
+            -- A snapshot older than the rows: the shim was installed after
+            -- this transaction took it (sql/locks.sql). Its next try sees
+            -- them.
+            IF current_setting('transaction_isolation') <> 'read committed' THEN
+                RAISE EXCEPTION 'could not serialize access: this transaction''s snapshot predates the snowflake shim'
+                    USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
+            END IF;
             RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
                 USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
         END IF;

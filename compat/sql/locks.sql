@@ -37,18 +37,28 @@ IF pg_catalog.to_regclass('snowflake._locks') IS NULL THEN
     CREATE TABLE snowflake._locks (slot integer PRIMARY KEY);
     REVOKE ALL ON TABLE snowflake._locks FROM PUBLIC;
 END IF;
--- Making the rows (at the install or update that brings this lock, or
--- after a restore of the schema without its data) opens the window.
+-- Making the rows (at the update that brings this lock, or after a
+-- restore of the schema without its data) opens the window.
 -- Observations made before say nothing about who can see the rows: their
 -- table is made anew (DROP waits for their writers to end), and the
 -- transaction that makes the rows makes none (see _lock_window_step).
+-- A first install, where no shim code existed before this statement,
+-- leaves it closed: nothing takes the advisory lock alone, and a
+-- transaction whose snapshot predates the rows is refused with 40001
+-- (_issue) rather than served under the advisory key, which any role
+-- could hold from such a transaction for as long as it liked, with the
+-- window kept open by that same transaction (regression).
 INSERT INTO snowflake._locks (slot) SELECT pg_catalog.generate_series(0, 1023) ON CONFLICT DO NOTHING;
 IF FOUND THEN
     IF pg_catalog.to_regclass('snowflake._lock_window') IS NOT NULL THEN
         DROP TABLE snowflake._lock_window;
     END IF;
-    PERFORM pg_catalog.setval('snowflake._lock_window_open', 1, true);
-    PERFORM pg_catalog.set_config('snowflake._locks_created', 'on', true);
+    IF pg_catalog.to_regprocedure('snowflake.nextval(regclass)') IS NULL THEN
+        PERFORM pg_catalog.setval('snowflake._lock_window_open', 0, true);
+    ELSE
+        PERFORM pg_catalog.setval('snowflake._lock_window_open', 1, true);
+        PERFORM pg_catalog.set_config('snowflake._locks_created', 'on', true);
+    END IF;
 END IF;
 IF pg_catalog.to_regclass('snowflake._lock_window') IS NULL THEN
     CREATE TABLE snowflake._lock_window (vxids text[] NOT NULL);
