@@ -673,3 +673,37 @@ func TestDropSequenceByItsOwnerWithBlocks(t *testing.T) {
 		t.Fatalf("%d block and H sequences left after the drop", n)
 	}
 }
+
+// The blocks _blocks_all makes for a session's temporary sequence (a
+// default of a temporary table) go when the session ends and takes the
+// sequence with it, which fires no drop trigger: the next _blocks_all
+// drops them, as it drops those of any sequence that is gone. Before,
+// they stayed, two installer-owned sequences per temporary table and
+// session (regression).
+func TestBlocksOfGoneSequencesDropped(t *testing.T) {
+	t.Parallel()
+	url, c, _, _ := shimDB(t)
+	tmp := connect(t, url)
+	mustExec(t, tmp, "CREATE TEMP SEQUENCE ts")
+	mustExec(t, tmp, "CREATE TEMP TABLE tt (id bigint DEFAULT snowflake.nextval('ts'), v int)")
+	oid := queryInt(t, tmp, "SELECT 'ts'::regclass::oid::bigint")
+	blocks := fmt.Sprintf("SELECT count(*) FROM pg_class WHERE relname IN ('_blk_%d', '_blkd_%d')", oid, oid)
+	queryInt(t, c, "SELECT snowflake._blocks_all()")
+	if n := queryInt(t, c, blocks); n != 2 {
+		t.Fatalf("%d block sequences for the temporary sequence, want 2", n)
+	}
+	if err := tmp.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the temporary sequence to go with its session", func() bool {
+		return queryInt(t, c, "SELECT count(*) FROM pg_class WHERE oid = $1", oid) == 0
+	})
+	queryInt(t, c, "SELECT snowflake._blocks_all()")
+	if n := queryInt(t, c, blocks); n != 0 {
+		t.Fatalf("%d block sequences left after the temporary sequence went", n)
+	}
+	// Those of live sequences stay.
+	if n := queryInt(t, c, fmt.Sprintf("SELECT count(*) FROM pg_class WHERE relname IN ('_blk_%d', '_blkd_%d')", seqOID(t, c, "snowflake.id_seq"), seqOID(t, c, "snowflake.id_seq"))); n != 2 {
+		t.Fatalf("id_seq has %d block sequences, want 2", n)
+	}
+}

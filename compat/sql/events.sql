@@ -31,31 +31,6 @@ BEGIN
 END
 $fn$;
 
--- _drop_leftovers drops the H and block sequences named for a relation OID
--- that does not exist, in the caller's view: for _ddl_drop, which runs as
--- the role that dropped the sequence, which may not drop these (they are
--- the installer's: a sequence's owner who was no superuser could not drop
--- it, regression). Any role may call it; a sequence that exists keeps
--- them.
-CREATE OR REPLACE FUNCTION snowflake._drop_leftovers(seq_oid oid) RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    h record;
-BEGIN
-    IF EXISTS (SELECT FROM pg_class c WHERE c.oid = seq_oid) THEN
-        RETURN;
-    END IF;
-    FOR h IN SELECT c.relname FROM pg_class c
-             WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
-               AND (c.relname LIKE '\_hw\_' || seq_oid::text || '\_%'
-                    OR c.relname IN ('_blk_' || seq_oid::text, '_blkd_' || seq_oid::text)) LOOP
-        EXECUTE format('DROP SEQUENCE IF EXISTS snowflake.%I', h.relname);
-    END LOOP;
-END
-$fn$;
-
 -- _ddl_drop removes the H and block sequences of a dropped sequence (its
 -- OID may be reused later) and tells the proxies.
 CREATE OR REPLACE FUNCTION snowflake._ddl_drop() RETURNS event_trigger

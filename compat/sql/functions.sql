@@ -633,10 +633,36 @@ BEGIN
 END
 $fn$;
 
+-- _drop_leftovers drops the H and block sequences named for a relation OID
+-- that does not exist, in the caller's view: for the drop trigger
+-- (events.sql, _ddl_drop), which runs as the role that dropped the
+-- sequence, which may not drop these (they are the installer's: a
+-- sequence's owner who was no superuser could not drop it, regression),
+-- and for _blocks_all. Any role may call it; a sequence that exists keeps
+-- them.
+CREATE OR REPLACE FUNCTION snowflake._drop_leftovers(seq_oid oid) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    h record;
+BEGIN
+    IF EXISTS (SELECT FROM pg_class c WHERE c.oid = seq_oid) THEN
+        RETURN;
+    END IF;
+    FOR h IN SELECT c.relname FROM pg_class c
+             WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
+               AND (c.relname LIKE '\_hw\_' || seq_oid::text || '\_%'
+                    OR c.relname IN ('_blk_' || seq_oid::text, '_blkd_' || seq_oid::text)) LOOP
+        EXECUTE format('DROP SEQUENCE IF EXISTS snowflake.%I', h.relname);
+    END LOOP;
+END
+$fn$;
+
 -- _blocks_all makes the blocks of snowflake.id_seq and of every sequence
 -- named in a snowflake.nextval column default that has none and that the
--- caller may setval; the proxy calls it on its catalog watch. Returns how
--- many it made.
+-- caller may setval, and drops those of sequences that are gone; the
+-- proxy calls it on its catalog watch. Returns how many it made.
 CREATE OR REPLACE FUNCTION snowflake._blocks_all() RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -661,6 +687,20 @@ BEGIN
     LOOP
         IF has_sequence_privilege(session_user, r.seq, 'UPDATE') AND snowflake._blocks(r.seq) THEN
             n := n + 1;
+        END IF;
+    END LOOP;
+    -- Block and H sequences of sequences that no longer exist: the drop
+    -- trigger removes them, but only a superuser's install has it, and no
+    -- trigger fires when a session's temporary sequences go with it (whose
+    -- defaults this made blocks for).
+    FOR r IN
+        SELECT DISTINCT (regexp_match(c.relname, '^_(?:blk|blkd|hw)_([0-9]+)'))[1]::oid AS o
+        FROM pg_class c
+        WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
+          AND c.relname ~ '^_(blk|blkd|hw)_[0-9]+'
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = r.o) THEN
+            PERFORM snowflake._drop_leftovers(r.o);
         END IF;
     END LOOP;
     RETURN n;
