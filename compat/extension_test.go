@@ -1,8 +1,10 @@
 package compat
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
@@ -178,4 +180,79 @@ func TestPreexistingSchema(t *testing.T) {
 	// Installed again, it is reported as installed.
 	install(t, c)
 	wantErr(t, pgErr(t, c, extSQL(t, plan.CreateExtension, nil)), "42710", `extension "snowflake" already exists`)
+}
+
+// Default privileges of the installer do not reach the shim's own
+// objects: with ALTER DEFAULT PRIVILEGES giving another role everything
+// on the installer's new tables, sequences and functions (common, for an
+// application role), that role got UPDATE on the lock's table, the narrow
+// store, the block sequences and every H, and EXECUTE on the proxies'
+// functions, so it could stop others' calls, date IDs ahead or repeat
+// them (regression). The block sequences keep PUBLIC's USAGE and SELECT,
+// the per-row path's.
+func TestShimObjectsIgnoreDefaultPrivileges(t *testing.T) {
+	t.Parallel()
+	url := newDB(t)
+	c := connect(t, url)
+	role, _ := testRole(t, c, url, "defpriv")
+	mustExec(t, c, "ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO "+role)
+	mustExec(t, c, "ALTER DEFAULT PRIVILEGES GRANT ALL ON SEQUENCES TO "+role)
+	mustExec(t, c, "ALTER DEFAULT PRIVILEGES GRANT ALL ON FUNCTIONS TO "+role)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = c.Exec(ctx, "ALTER DEFAULT PRIVILEGES REVOKE ALL ON TABLES FROM "+role)
+		_, _ = c.Exec(ctx, "ALTER DEFAULT PRIVILEGES REVOKE ALL ON SEQUENCES FROM "+role)
+		_, _ = c.Exec(ctx, "ALTER DEFAULT PRIVILEGES REVOKE ALL ON FUNCTIONS FROM "+role)
+	})
+	install(t, c)
+	mustExec(t, c, "CREATE SEQUENCE s")
+	mustExec(t, c, "SELECT snowflake._blocks('s')")
+	mustExec(t, c, "SELECT * FROM snowflake._lease('s', 3, 0, 0, 0)")
+	check := func(when string) {
+		t.Helper()
+		rows, err := c.Query(ctxT(t), `SELECT c.relname, coalesce(c.relacl::text, '')
+			FROM pg_class c WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind IN ('r', 'S')
+			  AND c.relname NOT IN ('id_seq', '_claims')
+			  AND has_table_privilege($1, c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE') ORDER BY 1`, role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name, acl string
+			if err := rows.Scan(&name, &acl); err != nil {
+				t.Fatal(err)
+			}
+			// PUBLIC's SELECT on the block starts is the per-row path's.
+			if strings.HasPrefix(name, "_blkd_") && acl != "" && !strings.Contains(acl, role) {
+				continue
+			}
+			t.Errorf("%s: %s holds privileges on snowflake.%s (%s)", when, role, name, acl)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n := queryInt(t, c, `SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'snowflake'::regnamespace
+			AND ((c.relname LIKE '\_blk\_%' AND NOT has_sequence_privilege('public', c.oid, 'USAGE'))
+			  OR (c.relname LIKE '\_blkd\_%' AND NOT has_sequence_privilege('public', c.oid, 'SELECT')))`); n != 0 {
+			t.Errorf("%s: %d block sequences without PUBLIC's privilege", when, n)
+		}
+	}
+	check("after the install")
+	for fn, want := range map[string]bool{
+		"snowflake._lease(regclass, integer, bigint, bigint, bigint)": false,
+		"snowflake._release(regclass, integer, bigint, bigint)":       false,
+		"snowflake._blocks(regclass)":                                 false,
+		"snowflake.nextval(regclass)":                                 true,
+	} {
+		if got := queryInt(t, c, "SELECT has_function_privilege($1, $2, 'EXECUTE')::int", role, fn) == 1; got != want {
+			t.Errorf("%s may execute %s: %v, want %v", role, fn, got, want)
+		}
+	}
+	// An update takes back what earlier shims let the defaults give.
+	mustExec(t, c, "GRANT ALL ON ALL SEQUENCES IN SCHEMA snowflake TO "+role)
+	mustExec(t, c, "GRANT ALL ON ALL TABLES IN SCHEMA snowflake TO "+role)
+	mustExec(t, c, extSQL(t, plan.AlterExtension, nil))
+	check("after an update")
 }

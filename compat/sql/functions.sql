@@ -619,8 +619,8 @@ BEGIN
                        '_blk_' || seq::oid::text);
         EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 NO CYCLE',
                        '_blkd_' || seq::oid::text);
-        EXECUTE format('GRANT USAGE ON SEQUENCE snowflake.%I TO PUBLIC', '_blk_' || seq::oid::text);
-        EXECUTE format('GRANT SELECT ON SEQUENCE snowflake.%I TO PUBLIC', '_blkd_' || seq::oid::text);
+        PERFORM snowflake._private(('snowflake.' || quote_ident('_blk_' || seq::oid::text))::regclass, 'USAGE');
+        PERFORM snowflake._private(('snowflake.' || quote_ident('_blkd_' || seq::oid::text))::regclass, 'SELECT');
     EXCEPTION WHEN unique_violation OR duplicate_table THEN
         -- Made at the same time by another caller (a lease and the
         -- proxy's catalog watch), who committed first.
@@ -939,6 +939,7 @@ BEGIN
         EXECUTE format('CREATE SEQUENCE snowflake.%I AS bigint MINVALUE 0 START 0 NO CYCLE', hwname);
         EXECUTE format('COMMENT ON SEQUENCE snowflake.%I IS %L', hwname, ident);
         hw := to_regclass('snowflake.' || quote_ident(hwname));
+        PERFORM snowflake._private(hw, NULL);
         -- Shim calls that found no H look again once this has moved.
         done := nextval('snowflake._hw_count');
     END IF;
@@ -1273,7 +1274,18 @@ GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA snowflake TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._narrow_put(bigint), snowflake._narrow_note(regclass),
     snowflake._s_pos(regclass), snowflake._store(regclass, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._lease(regclass, integer, bigint, bigint, bigint),
-    snowflake._release(regclass, integer, bigint, bigint), snowflake._blocks(regclass) FROM PUBLIC;
+    snowflake._release(regclass, integer, bigint, bigint), snowflake._blocks(regclass),
+    snowflake._private(regclass, text) FROM PUBLIC;
+-- The shim's own tables and sequences are the installer's alone, whatever
+-- its default privileges gave others (_private); PUBLIC keeps what the
+-- per-row path needs of the block sequences. Not id_seq, the user's, nor
+-- _claims, which a proxy's control role may have been granted.
+PERFORM snowflake._private(c.oid::regclass,
+                           CASE WHEN c.relname LIKE '\_blk\_%' THEN 'USAGE'
+                                WHEN c.relname LIKE '\_blkd\_%' THEN 'SELECT' END)
+FROM pg_class c
+WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind IN ('r', 'S')
+  AND c.relname NOT IN ('id_seq', '_claims');
 -- Blocks of id_seq and of the defaults that exist (an install, or an update
 -- from a shim without blocks). Not where the caller may not make them.
 PERFORM snowflake._blocks_all();

@@ -13,6 +13,7 @@ DECLARE
     v_schema text := {{SCHEMA}};
     v_created boolean := false;
     v_super boolean;
+    v_acl record;
 BEGIN
     -- Checks in PostgreSQL's order: exists, version, schema.
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'snowflake')
@@ -48,6 +49,19 @@ BEGIN
 
 {{LOCKS}}
 {{FUNCTIONS}}
+    -- Default privileges of the installer do not reach the shim's
+    -- functions, as they do not its tables and sequences (_private): an
+    -- application role given EXECUTE on the installer's new functions
+    -- would run the proxies' _lease and _release (regression). At the
+    -- install nothing was granted on them on purpose yet.
+    FOR v_acl IN
+        SELECT DISTINCT p.oid::pg_catalog.regprocedure AS fn, a.grantee
+        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+        WHERE p.pronamespace = 'snowflake'::pg_catalog.regnamespace AND a.grantee NOT IN (p.proowner, 0)
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %I', v_acl.fn,
+                                  pg_catalog.pg_get_userbyid(v_acl.grantee));
+    END LOOP;
 
     -- No earlier shim code can be running: leases need not wait for it
     -- (see _lease).

@@ -30,6 +30,33 @@
 -- window is open while the sequence snowflake._lock_window_open is not 0,
 -- and the function snowflake._lock_window_step (below) closes it.
 
+-- _private removes every grant on rel but its owner's, then grants PUBLIC
+-- public_privs (NULL: nothing). What the shim makes is the installer's,
+-- and ALTER DEFAULT PRIVILEGES for that role (GRANT ... ON SEQUENCES TO
+-- an application role is common) would give other roles its state:
+-- UPDATE on an H, on snowflake._hw_narrow or on the lock's table lets a
+-- role date IDs ahead, repeat them or stop others' calls (regression).
+-- The install and update run it on what exists (functions.sql,
+-- "Privileges"), _blocks and _lease on what they make.
+CREATE OR REPLACE FUNCTION snowflake._private(rel regclass, public_privs text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT DISTINCT a.grantee FROM pg_class c, aclexplode(c.relacl) a
+             WHERE c.oid = rel AND a.grantee <> c.relowner LOOP
+        EXECUTE format('REVOKE ALL ON %s FROM %s', rel,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END);
+    END LOOP;
+    IF public_privs IS NOT NULL THEN
+        EXECUTE format('GRANT %s ON %s TO PUBLIC', public_privs, rel);
+    END IF;
+END
+$fn$;
+REVOKE EXECUTE ON FUNCTION snowflake._private(regclass, text) FROM PUBLIC;
+
 IF pg_catalog.to_regclass('snowflake._lock_window_open') IS NULL THEN
     CREATE SEQUENCE snowflake._lock_window_open AS bigint MINVALUE 0 MAXVALUE 1 START 1 NO CYCLE;
 END IF;
