@@ -120,7 +120,7 @@ type AutoNode struct {
 // nodeClaimsSQL creates the table of claims, as one multi-statement Query
 // (one implicit transaction: the table never exists with PUBLIC privileges
 // or without its comment).
-const nodeClaimsSQL = `CREATE SCHEMA IF NOT EXISTS snowflake_proxy;
+var nodeClaimsSQL = `CREATE SCHEMA IF NOT EXISTS snowflake_proxy;
 CREATE TABLE snowflake_proxy.node_claims (
 	node pg_catalog.int4 PRIMARY KEY CHECK (node BETWEEN 1 AND 1023),
 	owner pg_catalog.text NOT NULL,
@@ -129,6 +129,7 @@ CREATE TABLE snowflake_proxy.node_claims (
 	holder pg_catalog.text NOT NULL
 );
 REVOKE ALL ON TABLE snowflake_proxy.node_claims FROM PUBLIC;
+` + privateTableSQL("snowflake_proxy.node_claims") + `
 COMMENT ON TABLE snowflake_proxy.node_claims IS 'snowflake-proxy --node auto: the node each proxy holds; a node is free once heartbeat + hold is past'`
 
 // freeNodeSQL picks the lowest free node of $1..$2 (under the table lock).

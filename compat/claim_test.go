@@ -557,3 +557,32 @@ func TestClaimTableInPreexistingSchema(t *testing.T) {
 		})
 	}
 }
+
+// The claim tables the control role creates keep none of the grants its
+// default privileges would give: a role that may UPDATE snowflake._claims
+// counts as a proxy, and one that may write snowflake_proxy.node_claims
+// could free a node a live proxy holds (regression).
+func TestClaimTablesIgnoreDefaultPrivileges(t *testing.T) {
+	t.Parallel()
+	url, c, db, oid := shimDB(t)
+	role, _ := testRole(t, c, url, "clmdef")
+	mustExec(t, c, "ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO "+role)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = c.Exec(ctx, "ALTER DEFAULT PRIVILEGES REVOKE ALL ON TABLES FROM "+role)
+	})
+	a := newService(t, url, 4, nil)
+	if _, err := nextvalVia(ctxT(t), a, db, oid, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claimNode(t, AutoNodeConfig{ControlURL: url, Min: 9, Max: 9}); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"snowflake._claims", "snowflake_proxy.node_claims"} {
+		if queryInt(t, c, "SELECT has_table_privilege($1, $2, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE')::int", role, table) != 0 {
+			t.Errorf("%s holds privileges on %s: %s", role, table,
+				queryText(t, c, fmt.Sprintf("SELECT relacl::text FROM pg_class WHERE oid = '%s'::regclass", table)))
+		}
+	}
+}

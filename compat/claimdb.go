@@ -21,12 +21,32 @@ var errClaimTable = errors.New("the control role may not create or use snowflake
 // claimTableSQL creates the table of claim keys. It is sent as one
 // multi-statement Query: one implicit transaction, so the table never
 // exists with PUBLIC privileges or without its comment.
-const claimTableSQL = `CREATE TABLE snowflake._claims (
+var claimTableSQL = `CREATE TABLE snowflake._claims (
 	node pg_catalog.int4 PRIMARY KEY CHECK (node BETWEEN 1 AND 1023),
 	lock_key pg_catalog.int8 NOT NULL
 );
 REVOKE ALL ON TABLE snowflake._claims FROM PUBLIC;
+` + privateTableSQL("snowflake._claims") + `
 COMMENT ON TABLE snowflake._claims IS 'snowflake-proxy: the advisory lock key of each node''s claim; a session holding it whose role may UPDATE this table is a proxy'`
+
+// privateTableSQL is a statement that revokes every grant on table but its
+// owner's: what ALTER DEFAULT PRIVILEGES of the control role gave other
+// roles when it created the table. A role that may UPDATE snowflake._claims
+// counts as a proxy, and one that may write node_claims could free a node
+// a live proxy holds (regression). For the Query that creates the table.
+func privateTableSQL(table string) string {
+	return `DO $sfpriv$
+DECLARE
+	g record;
+BEGIN
+	FOR g IN SELECT DISTINCT a.grantee FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+	         WHERE c.oid = '` + table + `'::pg_catalog.regclass AND a.grantee <> c.relowner LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON TABLE ` + table + ` FROM %s',
+			CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END);
+	END LOOP;
+END
+$sfpriv$;`
+}
 
 // holdersSQL lists the sessions holding advisory lock key $1 in this
 // database (a bigint key is (classid, objid) = (high, low 32 bits),
