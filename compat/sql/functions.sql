@@ -536,14 +536,18 @@ $fn$;
 -- that instant to the microsecond, and a timestamp comparison costs less
 -- than turning the clock into ms. B does not exist for a relation that is
 -- not a sequence; the planner folds _blk and _blkd (see above), and NULL
--- sends the call to _nextval_slow.
+-- sends the call to _nextval_slow. The COALESCE is for a plan that found
+-- B but not R (the two are looked up one after the other): the planner
+-- folds a strict operator with a NULL operand to NULL, dropping the draw
+-- of B, and moves a NULL operand of AND to its end, so the currval(B)
+-- after it would run without a draw; false ends the AND instead.
 CREATE OR REPLACE FUNCTION snowflake.nextval(regclass DEFAULT 'snowflake.id_seq'::regclass) RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $fn$SELECT CASE
     WHEN pg_catalog.has_sequence_privilege($1, 'USAGE')
-     AND ((OPERATOR(pg_catalog.-) pg_catalog.pg_sequence_last_value(snowflake._blkd($1))
+     AND COALESCE(((OPERATOR(pg_catalog.-) pg_catalog.pg_sequence_last_value(snowflake._blkd($1))
            OPERATOR(pg_catalog.+) pg_catalog.nextval(snowflake._blk($1)))
-          OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.=) 0
+          OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.=) 0, false)
      AND ((pg_catalog.currval(snowflake._blk($1)) OPERATOR(pg_catalog.>>) 12) OPERATOR(pg_catalog.&) 1023)
           OPERATOR(pg_catalog.=) NULLIF(pg_catalog.current_setting('snowflake.node', true), '')::pg_catalog.int4
      AND pg_catalog.clock_timestamp() OPERATOR(pg_catalog.<) pg_catalog.to_timestamp(
