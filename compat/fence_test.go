@@ -2,6 +2,7 @@ package compat
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
@@ -77,5 +78,53 @@ func TestFenceHonorsSetval(t *testing.T) {
 	}
 	if again <= next {
 		t.Fatalf("not increasing: %d then %d", next, again)
+	}
+}
+
+// A client's setval made while a lease runs stands. _lease reads S, and
+// raises it from that reading at its end; a setval between the two (a
+// proxy session's, just before it fences) was overwritten with the
+// lease's lower position, so the fenced lease that followed gave IDs
+// below the setval (regression; TestFenceHonorsSetval failed about once
+// in 40 runs on a loaded machine, a background renewal racing its
+// setval). Here the setval runs inside the lease, deterministically: an
+// event trigger on the CREATE SEQUENCE of the node's first lease makes it,
+// and an open transaction the shim must wait for (its 'waiting' list)
+// makes the lease raise S to its top.
+func TestSetvalDuringALeaseStands(t *testing.T) {
+	t.Parallel()
+	url, c, _, _ := shimDB(t)
+	mustExec(t, c, "SELECT snowflake._blocks('s')") // the lease's only CREATE SEQUENCE is then H's
+	holder := connect(t, url)
+	mustExec(t, holder, "BEGIN")
+	var vxid string
+	if err := holder.QueryRow(ctxT(t), `SELECT virtualtransaction FROM pg_locks
+		WHERE pid = pg_backend_pid() AND locktype = 'virtualxid'`).Scan(&vxid); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, "COMMENT ON SEQUENCE snowflake._hw_count IS 'waiting "+vxid+"'")
+	mustExec(t, c, `CREATE FUNCTION public.setval_in_lease() RETURNS event_trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF coalesce(current_setting('test_lease.setval_to', true), '') <> '' THEN
+				PERFORM setval('public.s', current_setting('test_lease.setval_to')::bigint);
+			END IF;
+		END $$`)
+	mustExec(t, c, `CREATE EVENT TRIGGER setval_in_lease ON ddl_command_end
+		WHEN TAG IN ('CREATE SEQUENCE') EXECUTE FUNCTION public.setval_in_lease()`)
+
+	now := queryInt(t, c, "SELECT "+serverMsSQL)
+	future := generator.Compose(now+3_600_000, 5, 3995) // an hour ahead
+	want := (now + 2000) << generator.CountBits
+	mustExec(t, c, "SELECT set_config('test_lease.setval_to', $1, false)", fmt.Sprint(future))
+	var hi int64
+	if err := c.QueryRow(ctxT(t), "SELECT hi_pos FROM snowflake._lease('s', 3, 0, $1, 0)", want).Scan(&hi); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, "SELECT set_config('test_lease.setval_to', '', false)")
+	if hi < want {
+		t.Fatalf("lease top %d below the %d asked for", hi, want)
+	}
+	if got := queryInt(t, c, "SELECT last_value FROM s"); got != future {
+		t.Fatalf("S is %v after the lease, want the setval's %v", generator.Decode(got), generator.Decode(future))
 	}
 }

@@ -137,20 +137,28 @@ AS $fn$
         coalesce(pg_sequence_last_value('snowflake._hw_narrow'::regclass), 0))
 $fn$;
 
--- _store writes the snowflake id to S, or its position to the narrow
--- store when S cannot hold it. For _lease and _release, which hold S's
--- lock until their commit.
+-- _store raises S to the snowflake id, or the narrow store to its
+-- position when S cannot hold it. For _lease and _release, which hold S's
+-- lock until their commit. The lock does not stop a client's setval, and
+-- callers compare with a value of S read earlier: S is read again here
+-- and never lowered, so a setval made meanwhile stands (a lease in
+-- flight undid a client's setval ahead of the clock; regression).
 CREATE OR REPLACE FUNCTION snowflake._store(seq regclass, id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     prm record;
+    cur bigint;
     done bigint;
 BEGIN
     prm := pg_sequence_parameters(seq);
     IF id BETWEEN prm.minimum_value AND prm.maximum_value THEN
-        done := setval(seq, id, true);
+        cur := greatest(pg_sequence_last_value(seq), 0);
+        IF (((cur >> 22) & 2199023255551) << 12) | (cur & 4095)
+           < (((id >> 22) & 2199023255551) << 12) | (id & 4095) THEN
+            done := setval(seq, id, true);
+        END IF;
     ELSE
         PERFORM snowflake._narrow_put((((id >> 22) & 2199023255551) << 12) | (id & 4095));
         PERFORM snowflake._narrow_note(seq);
@@ -402,7 +410,12 @@ BEGIN
             END IF;
             v := (ms << 22) | (node::bigint << 12) | cnt;
             IF v BETWEEN prm.minimum_value AND prm.maximum_value THEN
-                done := setval(seq, v, true);
+                -- As _store: a client's setval made since S was read
+                -- stands.
+                done := greatest(pg_sequence_last_value(seq), 0);
+                IF (((done >> 22) & 2199023255551) << 12) | (done & 4095) < (ms << 12) | cnt THEN
+                    done := setval(seq, v, true);
+                END IF;
             ELSE
                 -- The narrow store is the database's, read by every
                 -- sequence: a position far ahead would date everyone's IDs
