@@ -53,10 +53,9 @@ const (
 	// epochMinGap is the least time between two moves of the epoch. Any
 	// role may NOTIFY the channel, and DDL on temporary objects notifies
 	// too: every move makes each session read its caches again and the
-	// watch run its two queries, so a flood of notifications would stall
-	// every session (regression: 300,000 from one statement cut others'
-	// INSERTs from 3,500 to 250 per second for 90 s). Notifications that
-	// arrive within the gap are taken as one.
+	// watch run its two queries, so a flood of notifications stalled every
+	// session (regression). Notifications that arrive within the gap are
+	// taken as one.
 	epochMinGap = 10 * time.Millisecond
 	// epochDrainWait is how long a drain waits for more notifications.
 	epochDrainWait = time.Millisecond

@@ -179,8 +179,8 @@ func TestCatalogWatchMakesBlocks(t *testing.T) {
 // together move the epoch once, at most every epochMinGap: 20,000 from one
 // statement of a role without privileges moved it 20,000 times before,
 // each move making every session read its caches again and the watch run
-// its two queries (regression: others' INSERTs fell from 3,500 to 250 per
-// second for 90 s with 300,000). DDL made after them still moves it.
+// its two queries, which stalled other roles' sessions (regression). DDL
+// made after them still moves it.
 func TestCatalogEpochCoalescesNotifications(t *testing.T) {
 	t.Parallel()
 	url, c, db, _ := shimDB(t)
