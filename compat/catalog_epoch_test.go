@@ -142,8 +142,17 @@ func TestCatalogWatchMakesBlocks(t *testing.T) {
 			if triggers {
 				e0 = waitEpoch(t, s, db, "arming", func(e uint64) bool { return e != 0 })
 			}
+			// Each statement's move awaited before the next: notifications
+			// close together move the epoch once (epochMinGap).
 			mustExec(t, c, "CREATE SEQUENCE s2")
+			e1 := e0
+			if triggers {
+				e1 = waitEpoch(t, s, db, "a move after CREATE SEQUENCE", func(e uint64) bool { return e > e0 })
+			}
 			mustExec(t, c, "CREATE TABLE t (id bigint DEFAULT snowflake.nextval('s2'), v int)")
+			if triggers {
+				waitEpoch(t, s, db, "a move after CREATE TABLE", func(e uint64) bool { return e > e1 })
+			}
 			s.CatalogEpoch(db)
 			waitChecks(t, s, db, watchChecks(s, db), 2)
 			oid := seqOID(t, c, "s2")
@@ -157,7 +166,8 @@ func TestCatalogWatchMakesBlocks(t *testing.T) {
 				// Making the blocks notifies nobody (sessions would drop
 				// their caches): after two DDL statements and a third one
 				// made once the blocks exist (whose notification comes
-				// after any of theirs), three moves.
+				// after any of theirs), three moves. A notification of the
+				// blocks' would have moved it before the third.
 				mustExec(t, c, "CREATE TABLE barrier ()")
 				e := waitEpoch(t, s, db, "three moves", func(e uint64) bool { return e >= e0+3 })
 				waitChecks(t, s, db, watchChecks(s, db), 1)
