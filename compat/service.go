@@ -225,13 +225,17 @@ func (s *Service) FallbackOf(err error) wire.Fallback {
 // callers that waited), for metrics.
 func (s *Service) LeaseStats() generator.LeaseStats { return s.gen.LeaseStats() }
 
-// Fence implements wire.Snowflakes: the next fast-path ID of every
+// Fence is the fence of every session (generator.Fence; the proxy's
+// sessions fence themselves alone, FenceTicket): the next fast-path ID of every
 // sequence of database (of seq only, when not 0) comes from a fresh lease,
 // which starts above the sequence's last_value: above what the shim issued
 // meanwhile, and above a setval or ALTER SEQUENCE.
 func (s *Service) Fence(database string, seq uint32) {
 	s.gen.Fence(database, seq)
 }
+
+// FenceTicket implements wire.Snowflakes (generator.FenceTicket).
+func (s *Service) FenceTicket() uint64 { return s.gen.FenceTicket() }
 
 // ExtensionSQL implements wire.Snowflakes; see the package-level function.
 func (s *Service) ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {

@@ -41,6 +41,12 @@ type allocator struct {
 	// allocator issues nothing from its current lease (see Generator.Fence).
 	fenceWant atomic.Uint64
 	fenceDone atomic.Uint64
+	// ticketDone is Generator.tickets as read at the start of the latest
+	// successful fenced renewal: it satisfies the tickets up to it.
+	// ticketWant is the highest ticket a caller waits for; while it is
+	// above ticketDone the next renewal is fenced.
+	ticketDone atomic.Uint64
+	ticketWant atomic.Uint64
 
 	mu     sync.Mutex
 	flight *renewal // the renewal in flight, shared by everyone waiting
@@ -82,6 +88,16 @@ func (a *allocator) uncovered(p, now int64) bool {
 
 // raiseTo raises v to x unless it holds as much already.
 func raiseTo(v *atomic.Int64, x int64) {
+	for {
+		cur := v.Load()
+		if cur >= x || v.CompareAndSwap(cur, x) {
+			return
+		}
+	}
+}
+
+// raiseToU64 is raiseTo for an atomic.Uint64.
+func raiseToU64(v *atomic.Uint64, x uint64) {
 	for {
 		cur := v.Load()
 		if cur >= x || v.CompareAndSwap(cur, x) {
@@ -137,7 +153,7 @@ func (a *allocator) next(ctx context.Context, inc int64) (int64, error) {
 	// One clock read per call (it is most of the cost, see SystemClock); a CAS
 	// retry reuses it, which the rule allows: it only ever moves forward.
 	if want := a.fenceWant.Load(); want != a.fenceDone.Load() {
-		if err := a.awaitFence(ctx, want); err != nil {
+		if err := a.awaitFence(ctx, want, 0); err != nil {
 			return 0, err
 		}
 	}
@@ -212,17 +228,35 @@ func (a *allocator) tryNext(inc int64) (int64, bool, error) {
 }
 
 // awaitFence waits for a renewal that started after fence number want was
-// requested, so that its lease reflects everything issued before the fence.
-// A renewal already in flight may have asked the store too early: then
-// another one is started.
-func (a *allocator) awaitFence(ctx context.Context, want uint64) error {
-	for a.fenceDone.Load() < want {
+// requested and after ticket was handed out (0: none), so that its lease
+// reflects everything issued before them. A renewal already in flight may
+// have asked the store too early: then another one is started.
+func (a *allocator) awaitFence(ctx context.Context, want, ticket uint64) error {
+	for a.fenceDone.Load() < want || a.ticketDone.Load() < ticket {
+		a.wantTicket(ticket)
 		if err := a.await(ctx, 0); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// fencePending reports whether a caller holding ticket must wait for a
+// renewal (a Fence, or its ticket not yet satisfied), and records the
+// ticket for that renewal.
+func (a *allocator) fencePending(ticket uint64) bool {
+	if a.fenceWant.Load() != a.fenceDone.Load() {
+		return true
+	}
+	if ticket > a.ticketDone.Load() {
+		a.wantTicket(ticket)
+		return true
+	}
+	return false
+}
+
+// wantTicket records that a caller waits for ticket.
+func (a *allocator) wantTicket(ticket uint64) { raiseToU64(&a.ticketWant, ticket) }
 
 // renewSoon starts a background renewal unless one failed very recently.
 func (a *allocator) renewSoon(now int64) {
@@ -288,8 +322,10 @@ func (a *allocator) start(need int64) (*renewal, error) {
 func (a *allocator) renew(r *renewal) {
 	defer a.g.wg.Done()
 	fence := a.fenceWant.Load()
+	ticket := a.g.tickets.Load()
 	began := a.g.clock.NowMs()
-	err := a.lease(a.g.ctx, r.need, fence != a.fenceDone.Load())
+	fenced := fence != a.fenceDone.Load() || a.ticketWant.Load() > a.ticketDone.Load()
+	err := a.lease(a.g.ctx, r.need, fenced)
 	a.g.stats.renewals.Add(1)
 	if err == nil {
 		for {
@@ -297,6 +333,11 @@ func (a *allocator) renew(r *renewal) {
 			if done >= fence || a.fenceDone.CompareAndSwap(done, fence) {
 				break
 			}
+		}
+		// Only a fenced lease satisfies tickets: one that started before a
+		// caller recorded its ticket (ticketWant) was not.
+		if fenced {
+			raiseToU64(&a.ticketDone, ticket)
 		}
 	}
 	if err != nil {

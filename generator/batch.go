@@ -15,7 +15,11 @@ type Request struct {
 	// altering transaction already. Below 1 every ID takes the next
 	// millisecond (see Next in rule.go).
 	Inc int64
-	ID  int64 // the result
+	// After is a ticket of FenceTicket, 0 for none: the ID comes from a
+	// lease taken after it was handed out. The requests of one batch carry
+	// the same ticket.
+	After uint64
+	ID    int64 // the result
 
 	pos  int64 // the position, while the batch is computed
 	done bool  // handled with an earlier request of the same sequence
@@ -147,8 +151,8 @@ func (a *allocator) positions(now, last int64, reqs []Request, from int) int64 {
 // a lease may have moved it (compat holds it back to the server's), and
 // the rule gives positions above last for any now.
 func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from int) error {
-	if want := a.fenceWant.Load(); want != a.fenceDone.Load() {
-		if err := a.awaitFence(ctx, want); err != nil {
+	if a.fencePending(reqs[from].After) {
+		if err := a.awaitFence(ctx, a.fenceWant.Load(), reqs[from].After); err != nil {
 			return err
 		}
 	}
@@ -183,7 +187,7 @@ func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from in
 // tryTake is take without waiting: ok is false when take would wait, and
 // the renewal it would wait for has been started.
 func (a *allocator) tryTake(now int64, reqs []Request, from int) (bool, error) {
-	if a.fenceWant.Load() != a.fenceDone.Load() {
+	if a.fencePending(reqs[from].After) {
 		return false, a.startFor(0)
 	}
 	for {
@@ -211,7 +215,7 @@ func (a *allocator) tryTake(now int64, reqs []Request, from int) (bool, error) {
 // without waiting; when not, it starts the renewal that would be waited
 // for (unless failing fast, whose error it returns).
 func (a *allocator) ready(now int64, reqs []Request, from int) (bool, error) {
-	if a.fenceWant.Load() != a.fenceDone.Load() {
+	if a.fencePending(reqs[from].After) {
 		return false, a.startFor(0)
 	}
 	hi := a.hi.Load()

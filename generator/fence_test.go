@@ -78,3 +78,76 @@ func TestFloorAboveThePreviousLeaseIsAlwaysHonored(t *testing.T) {
 		t.Fatalf("fast path at %s, want the clock's %s", posString(got), posString(Position(clock.NowMs(), 0)))
 	}
 }
+
+// A ticket fences its holder alone: a batch that carries it waits for a
+// lease taken after it and continues above what other issuers gave
+// before, while a batch without it goes on from the current lease, with
+// no wait and no renewal started for it. Before, every session fenced
+// every allocator of its database, so any session could make all others
+// wait for a lease renewal at will (a DO block, then a nextval).
+func TestTicketFencesItsHolderAlone(t *testing.T) {
+	s := NewMemStore()
+	g, _ := newTestGen(t, s)
+	mustNext(t, g, testKey)
+	settle(g)
+	foreign := s.IssueForeign(testKey)
+	ticket := g.FenceTicket()
+	before := s.Leases()
+
+	other := batch(testKey.Seq, 1, 2)
+	if ok, err := g.TryNextBatch(testKey.Database, testKey.Node, other); !ok || err != nil {
+		t.Fatalf("a batch without the ticket waited (ok %v, err %v)", ok, err)
+	}
+	if got := PositionOf(other[1].ID); got >= foreign {
+		t.Fatalf("a batch without the ticket: %s, want inside the old lease (below %s)", posString(got), posString(foreign))
+	}
+	settle(g)
+	if after := s.Leases(); after != before {
+		t.Fatalf("leases %d -> %d: a batch without the ticket renewed the lease", before, after)
+	}
+
+	held := batch(testKey.Seq, 1, 2)
+	for i := range held {
+		held[i].After = ticket
+	}
+	if ok, _ := g.TryNextBatch(testKey.Database, testKey.Node, held); ok {
+		t.Fatal("TryNextBatch issued for a ticket no lease satisfied")
+	}
+	mustBatch(t, g, held)
+	if got := PositionOf(held[0].ID); got <= foreign {
+		t.Fatalf("with the ticket: %s, want above %s", posString(got), posString(foreign))
+	}
+	// Satisfied once: the next batch with it needs no other lease for it.
+	if g.allocs.Load().get(testKey).fencePending(ticket) {
+		t.Fatal("the ticket is still pending after a lease satisfied it")
+	}
+}
+
+// A renewal that started before its holder recorded a ticket does not
+// satisfy it, even when the ticket was handed out before that renewal
+// started: only a fenced lease does, and that one was not fenced.
+func TestTicketNotSatisfiedByAnUnfencedRenewal(t *testing.T) {
+	s := NewMemStore()
+	g, _ := newTestGen(t, s)
+	mustNext(t, g, testKey)
+	settle(g)
+	foreign := s.IssueForeign(testKey)
+	ticket := g.FenceTicket()
+	// A renewal without a waiting ticket: the lease used up by a batch
+	// that needs more room than it has.
+	a := g.allocs.Load().get(testKey)
+	r, err := a.start(a.hi.Load() + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-r.done
+	if a.ticketDone.Load() >= ticket {
+		t.Fatalf("an unfenced renewal satisfied ticket %d (done %d)", ticket, a.ticketDone.Load())
+	}
+	held := batch(testKey.Seq, 1, 1)
+	held[0].After = ticket
+	mustBatch(t, g, held)
+	if got := PositionOf(held[0].ID); got <= foreign {
+		t.Fatalf("with the ticket: %s, want above %s", posString(got), posString(foreign))
+	}
+}

@@ -65,6 +65,10 @@ type Generator struct {
 	wg     sync.WaitGroup // running renewals
 
 	stats leaseCounters // stats.go
+
+	// tickets hands out session fences (FenceTicket); a renewal reads it
+	// when it starts, so that its lease satisfies every ticket up to there.
+	tickets atomic.Uint64
 }
 
 // New validates cfg and returns a Generator. It does not contact the store:
@@ -168,6 +172,15 @@ func (g *Generator) Fence(database string, seq uint32) {
 		}
 	}
 }
+
+// FenceTicket is Fence for one caller: IDs of requests that carry the
+// ticket (Request.After) come from a lease taken after this call, and
+// other callers go on from the current lease. A session that had IDs
+// issued by the shim needs larger IDs from the fast path afterwards; other
+// sessions need nothing from it, and a fence for everyone would let any
+// session make every other one wait for a lease renewal at will. It never
+// blocks.
+func (g *Generator) FenceTicket() uint64 { return g.tickets.Add(1) }
 
 // allocator returns key's allocator, creating it (slow path).
 func (g *Generator) allocator(key Key) (*allocator, error) {

@@ -130,7 +130,7 @@ func (p *clientPump) copySpecFor(pl *plan.Plan) (*copySpec, error) {
 		if m.refusal(s, ok, busy) != 0 {
 			return nil, nil
 		}
-		row = append(row, generator.Request{Seq: s.oid, Inc: s.inc})
+		row = append(row, generator.Request{Seq: s.oid, Inc: s.inc, After: m.ticket})
 	}
 	o, ok := p.copyOptions(c, add)
 	if !ok {

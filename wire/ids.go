@@ -99,7 +99,7 @@ func (p *clientPump) values(t *plan.Template, hiddenOK, generate, shimming bool)
 			}
 			continue
 		}
-		reqs = append(reqs, generator.Request{Seq: info.oid, Inc: info.inc})
+		reqs = append(reqs, generator.Request{Seq: info.oid, Inc: info.inc, After: m.ticket})
 		p.vals[i].Valid = true
 	}
 	m.reqs = reqs
@@ -212,7 +212,7 @@ func (p *clientPump) fence(shimming bool) Fallback {
 	p.sh.fenceDue = 0
 	p.sh.mu.Unlock()
 	if due != 0 {
-		p.cfg.Snowflakes.Fence(p.db, 0)
+		p.mirror.ticket = p.cfg.Snowflakes.FenceTicket()
 	}
 	switch {
 	case busy != 0 || shimming:

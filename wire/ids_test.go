@@ -100,6 +100,31 @@ func TestValuesLeaveTransactionWithDDLToShim(t *testing.T) {
 	}
 }
 
+// After a statement that may have issued in the shim, the session's
+// requests carry a fence ticket of their own, and keep it; another
+// session's carry none. Before, the session fenced every sequence of the
+// database for everyone, so that any role could make every other
+// session wait for a lease renewal at will.
+func TestFenceIsTheSessionsOwn(t *testing.T) {
+	f := &fakeSnowflakes{}
+	p, tmpl := idSession(f)
+	other, otherTmpl := idSession(f)
+	p.sh.fenceDue = plan.TouchShim
+	if allValid, ok, _ := p.values(tmpl, false, true, false); !allValid || !ok {
+		t.Fatal("fast path refused after the fence")
+	}
+	ticket := f.after.Load()
+	if ticket == 0 || f.fences.Load() != 1 {
+		t.Fatalf("requests after the fence carry ticket %d (%d fences), want the session's", ticket, f.fences.Load())
+	}
+	if allValid, _, _ := other.values(otherTmpl, false, true, false); !allValid || f.after.Load() != 0 {
+		t.Fatalf("another session's requests carry ticket %d, want none", f.after.Load())
+	}
+	if allValid, _, _ := p.values(tmpl, false, true, false); !allValid || f.after.Load() != ticket || f.fences.Load() != 1 {
+		t.Fatalf("the session's next requests carry ticket %d (%d fences), want %d, not fenced again", f.after.Load(), f.fences.Load(), ticket)
+	}
+}
+
 // Issuing the IDs of a statement allocates nothing once the session's
 // buffers are warm.
 func TestValuesAllocateNothing(t *testing.T) {

@@ -130,7 +130,8 @@ type fakeSnowflakes struct {
 	fail   atomic.Bool
 	epoch  atomic.Uint64
 	fences atomic.Int64
-	wait   atomic.Bool // TryNextvalBatch reports that NextvalBatch would wait
+	wait   atomic.Bool   // TryNextvalBatch reports that NextvalBatch would wait
+	after  atomic.Uint64 // the fence ticket of the latest request
 }
 
 func (f *fakeSnowflakes) NextvalBatch(ctx context.Context, db string, node int, reqs []generator.Request) error {
@@ -139,6 +140,7 @@ func (f *fakeSnowflakes) NextvalBatch(ctx context.Context, db string, node int, 
 	}
 	for i := range reqs {
 		f.calls.Add(1)
+		f.after.Store(reqs[i].After)
 		reqs[i].ID = f.next.Add(1)<<12 | int64(node)
 	}
 	return nil
@@ -156,8 +158,9 @@ func (f *fakeSnowflakes) TryNextvalBatch(db string, node int, reqs []generator.R
 // the server).
 func (f *fakeSnowflakes) CatalogEpoch(db string) uint64 { return f.epoch.Load() }
 
-// Fence counts fences; the fake's IDs only grow, so nothing else is needed.
-func (f *fakeSnowflakes) Fence(db string, seq uint32) { f.fences.Add(1) }
+// FenceTicket counts fences; the fake's IDs only grow, so nothing else is
+// needed.
+func (f *fakeSnowflakes) FenceTicket() uint64 { return uint64(f.fences.Add(1)) }
 
 func (f *fakeSnowflakes) ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error) {
 	return "DO $$BEGIN RAISE NOTICE 'installed'; END$$", nil

@@ -25,6 +25,10 @@ type mirror struct {
 	pid     uint32
 	seqs    map[string]seqInfo // regclass text -> resolution, per search_path and role
 	currval map[uint32]int64   // the latest fast-path value per sequence OID
+	// ticket is the session's latest fence (Snowflakes.FenceTicket), which
+	// its fast-path requests carry: once a lease satisfies it, the check
+	// costs nothing.
+	ticket uint64
 	// reqs is values' scratch (ids.go): the fast-path IDs of one
 	// execution, kept so that issuing them allocates nothing.
 	reqs []generator.Request

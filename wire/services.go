@@ -59,9 +59,10 @@ type Snowflakes interface {
 	// load) and must not block. With 0, column defaults are left to the
 	// server (defaults.go).
 	CatalogEpoch(database string) uint64
-	// Fence makes the next IDs of every sequence of database (of seq only,
-	// when not 0) continue above every ID issued so far by other paths
-	// (the server's shim, setval, ALTER SEQUENCE). It must not block: the
-	// next NextvalBatch waits for the fresh lease instead.
-	Fence(database string, seq uint32)
+	// FenceTicket returns a ticket for the requests of one session
+	// (generator.Request.After): their IDs continue above every ID issued
+	// before it by other paths (the server's shim, setval, ALTER
+	// SEQUENCE). It must not block: the next NextvalBatch with the ticket
+	// waits for a fresh lease instead; other sessions' calls do not.
+	FenceTicket() uint64
 }
