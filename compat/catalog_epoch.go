@@ -20,7 +20,9 @@ import (
 // sql_drop run pg_notify(NotifyChannel)). One control connection per
 // database LISTENs on that channel; every notification moves the
 // database's epoch, and a session whose cache was built at another epoch
-// drops it.
+// drops it. Changes to roles (memberships, superuser status) fire no event
+// trigger: the watch reads a fingerprint of them every epochRolePoll and
+// moves the epoch when it changed.
 //
 // The epoch is 0, "changes cannot be seen", whenever the watch is not both
 // listening and sure that both event triggers exist and are enabled: before
@@ -50,6 +52,12 @@ const (
 	epochRetry = time.Second
 	// epochQueryTimeout bounds the connection and each check.
 	epochQueryTimeout = 10 * time.Second
+	// epochRolePoll is how often an armed watch reads the roles'
+	// fingerprint (rolesSQL): GRANT and REVOKE of a role and ALTER ROLE
+	// fire no event trigger, and a session's cached "may use the
+	// sequence" must not outlive a revoked membership or superuser status
+	// for longer than this.
+	epochRolePoll = 250 * time.Millisecond
 	// epochMinGap is the least time between two moves of the epoch. Any
 	// role may NOTIFY the channel, and DDL on temporary objects notifies
 	// too: every move makes each session read its caches again and the
@@ -66,6 +74,16 @@ const (
 // transaction).
 const makeBlocksSQL = `SELECT snowflake._blocks_all()
 	FROM (SELECT pg_catalog.set_config('lock_timeout', '1s', true)) AS timeout`
+
+// rolesSQL is a fingerprint of what privileges follow from besides grants
+// on objects: role memberships (with their options, which PostgreSQL 16
+// added) and the superuser and inherit flags. Both catalogs are readable
+// by every role.
+const rolesSQL = `SELECT pg_catalog.md5(
+	coalesce((SELECT pg_catalog.string_agg(m::pg_catalog.text, ',' ORDER BY m::pg_catalog.text)
+		FROM pg_catalog.pg_auth_members m), '') || '/' ||
+	coalesce((SELECT pg_catalog.string_agg(r.oid::pg_catalog.text || r.rolsuper::pg_catalog.text
+		|| r.rolinherit::pg_catalog.text, ',' ORDER BY r.oid) FROM pg_catalog.pg_roles r), ''))`
 
 // eventTriggersSQL counts the shim's enabled event triggers.
 const eventTriggersSQL = `SELECT count(*) FROM pg_catalog.pg_event_trigger
@@ -87,9 +105,10 @@ type catalogWatch struct {
 	// blocksLogged is set once makeBlocks has logged a failure; only the
 	// watch's goroutine touches it.
 	blocksLogged bool
-	// lastMove is when wait last moved the epoch (the watch's goroutine
-	// only).
+	// lastMove is when wait last moved the epoch; roles is the latest
+	// fingerprint of the roles (rolesSQL). The watch's goroutine only.
 	lastMove time.Time
+	roles    string
 }
 
 // CatalogEpoch implements wire.Snowflakes: the current catalog epoch of
@@ -193,6 +212,10 @@ func (w *catalogWatch) listen() error {
 		_ = conn.Close(cctx)
 		cancel()
 	}()
+	// Read before the watch arms: a change after it moves the epoch.
+	if _, err := w.rolesChanged(conn); err != nil {
+		return err
+	}
 	for {
 		armed, err := w.check(conn)
 		if err != nil {
@@ -210,10 +233,56 @@ func (w *catalogWatch) listen() error {
 			w.cur.Store(0)
 		}
 		w.checks.Add(1)
-		if err := w.wait(conn, wait, !armed); err != nil {
+		if !armed {
+			if err := w.wait(conn, wait, true); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := w.waitArmed(conn, wait); err != nil {
 			return err
 		}
 	}
+}
+
+// waitArmed is wait for an armed watch, for up to d: it reads the roles'
+// fingerprint every epochRolePoll meanwhile and moves the epoch when it
+// changed.
+func (w *catalogWatch) waitArmed(conn *pgx.Conn, d time.Duration) error {
+	end := time.Now().Add(d)
+	for {
+		moves := w.last.Load()
+		if err := w.wait(conn, min(epochRolePoll, time.Until(end)), false); err != nil {
+			return err
+		}
+		if w.last.Load() != moves || !time.Now().Before(end) {
+			return nil // a notification moved the epoch, or the time is up
+		}
+		changed, err := w.rolesChanged(conn)
+		if err != nil {
+			return err
+		}
+		if changed {
+			if w.cur.Load() != 0 {
+				w.cur.Store(w.last.Add(1))
+			}
+			return nil
+		}
+	}
+}
+
+// rolesChanged reads the roles' fingerprint and reports whether it differs
+// from the one read before (the first read reports no change).
+func (w *catalogWatch) rolesChanged(conn *pgx.Conn) (bool, error) {
+	ctx, cancel := context.WithTimeout(w.s.ctx, epochQueryTimeout)
+	defer cancel()
+	var fp string
+	if err := conn.QueryRow(ctx, rolesSQL).Scan(&fp); err != nil {
+		return false, fmt.Errorf("compat: catalog watch on %q: roles: %w", w.db, err)
+	}
+	changed := w.roles != "" && fp != w.roles
+	w.roles = fp
+	return changed, nil
 }
 
 // check reports whether both event triggers exist and are enabled.

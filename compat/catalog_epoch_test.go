@@ -224,3 +224,38 @@ func TestCatalogEpochCoalescesNotifications(t *testing.T) {
 	mustExec(t, c, "CREATE TABLE after_flood ()")
 	waitEpoch(t, s, db, "a move after DDL", func(e uint64) bool { return e > last })
 }
+
+// GRANT and REVOKE of a role and ALTER ROLE ... SUPERUSER fire no event
+// trigger, and sessions kept their cached "may use the sequence" after a
+// revoked membership, getting fast-path IDs the server would refuse them
+// (regression). The watch reads the roles' fingerprint while armed and
+// moves the epoch when it changes. Not parallel: other tests' roles would
+// move it too.
+func TestCatalogEpochFollowsRoleChanges(t *testing.T) {
+	url := newDB(t)
+	c := connect(t, url)
+	install(t, c)
+	db := dbName(t, c)
+	s := newService(t, url, 0, nil)
+	s.CatalogEpoch(db)
+	e := waitEpoch(t, s, db, "arming", func(e uint64) bool { return e != 0 })
+	suffix := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
+	grp, mem := "grp_"+suffix, "mem_"+suffix
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctxT(t), "DROP ROLE IF EXISTS "+mem)
+		_, _ = c.Exec(ctxT(t), "DROP ROLE IF EXISTS "+grp)
+	})
+	for _, stmt := range []string{
+		"CREATE ROLE " + grp + " NOLOGIN",
+		"CREATE ROLE " + mem + " NOLOGIN",
+		"GRANT " + grp + " TO " + mem,
+		"REVOKE " + grp + " FROM " + mem,
+		"ALTER ROLE " + mem + " SUPERUSER",
+		"ALTER ROLE " + mem + " NOSUPERUSER",
+		"ALTER ROLE " + mem + " NOINHERIT",
+	} {
+		mustExec(t, c, stmt)
+		prev := e
+		e = waitEpoch(t, s, db, "a move after "+stmt, func(e uint64) bool { return e != prev && e != 0 })
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -115,6 +116,46 @@ func TestPgxPermissionDenied(t *testing.T) {
 		_, err = run(ctx, conn, "SET snowflake.node = 5")
 		wantError(t, "SET snowflake.node as a non-superuser", err, "42501", `permission denied to set parameter "snowflake.node"`)
 	})
+}
+
+// A session whose role loses the membership that let it use a sequence is
+// refused from then on, as with the extension, on explicit calls and
+// INSERT defaults alike. REVOKE of a role fires no event trigger, and the
+// session kept its cached "may use the sequence" and got fast-path IDs
+// until DDL happened in the database (regression); the catalog watch now
+// reads the roles' fingerprint and moves the epoch.
+func TestPgxRevokedMembershipRefused(t *testing.T) {
+	e := newPgxEnv(t)
+	grp, mem := "grp_"+e.db, "mem_"+e.db
+	pgtestExecCluster(t, e, fmt.Sprintf("CREATE ROLE %s NOLOGIN; CREATE ROLE %s LOGIN; GRANT %[1]s TO %[2]s", grp, mem))
+	t.Cleanup(func() {
+		e.execDirect(t, "DROP OWNED BY "+grp+", "+mem)
+		pgtestExecCluster(t, e, "DROP ROLE IF EXISTS "+mem+"; DROP ROLE IF EXISTS "+grp)
+	})
+	e.execDirect(t, fmt.Sprintf(`CREATE SEQUENCE grpseq; GRANT USAGE ON SEQUENCE grpseq TO %[1]s;
+		CREATE TABLE grptab (id bigint DEFAULT snowflake.nextval('grpseq'), v int);
+		GRANT INSERT, SELECT ON grptab TO %[2]s`, grp, mem))
+	conn := e.connectWith(t, pgx.QueryExecModeSimpleProtocol, func(c *pgx.ConnConfig) { c.User = mem })
+	ctx := context.Background()
+	checkIDs(t, "nextval('grpseq') as a member", mustInt64s(t, conn, "SELECT snowflake.nextval('grpseq')"), pgxNode)
+	checkIDs(t, "INSERT as a member", mustInt64s(t, conn, "INSERT INTO grptab (v) VALUES (1) RETURNING id"), pgxNode)
+
+	pgtestExecCluster(t, e, fmt.Sprintf("REVOKE %s FROM %s", grp, mem))
+	const denied = "permission denied for sequence grpseq"
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := queryInt64s(ctx, conn, "INSERT INTO grptab (v) VALUES (1) RETURNING id")
+		if err != nil {
+			wantError(t, "INSERT after the REVOKE", err, "42501", denied)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("INSERT defaults still filled 15 s after the membership was revoked")
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+	_, err := queryInt64s(ctx, conn, "SELECT snowflake.nextval('grpseq')")
+	wantError(t, "nextval('grpseq') after the REVOKE", err, "42501", denied)
 }
 
 // pgtestExecCluster runs cluster-wide statements (roles) on the postgres
