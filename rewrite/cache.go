@@ -12,22 +12,27 @@ import (
 // that sessions on many cores do not all contend on one lock.
 const cacheShards = 32
 
-// planCache maps SQL text to its plan. It is bounded: each shard holds at
-// most its share of the capacity and evicts with the CLOCK algorithm (an
-// entry hit since the hand last passed survives one more round). Lookups
-// take a shared lock and do not allocate.
+// planCache maps SQL text to its plan. It is bounded in entries and in
+// bytes: each shard holds at most its share of both and evicts with the
+// CLOCK algorithm (an entry hit since the hand last passed survives one
+// more round). Lookups take a shared lock and do not allocate. Without the
+// byte bound a client sending long distinct texts made the cache hold its
+// whole entry bound of them (regression).
 type planCache struct {
 	seed   maphash.Seed
 	shards [cacheShards]cacheShard
 }
 
 type cacheShard struct {
-	mu      sync.RWMutex
-	index   map[string]int32 // sql -> position in ring
-	ring    []cacheEntry
-	hand    int
-	maxSize int
-	_       [64]byte // keep shards' locks on separate cache lines
+	mu       sync.RWMutex
+	index    map[string]int32 // sql -> position in ring
+	ring     []cacheEntry     // entries with a nil plan are free
+	free     []int32          // free positions in ring
+	hand     int
+	maxSize  int
+	bytes    int // entryCost of the entries held
+	maxBytes int
+	_        [64]byte // keep shards' locks on separate cache lines
 }
 
 type cacheEntry struct {
@@ -36,15 +41,19 @@ type cacheEntry struct {
 	ref  atomic.Bool
 }
 
-func newPlanCache(size int) *planCache {
+// entryCost is what an entry is counted for against the byte bound: the
+// text, about as much again for the plan's parts and records, and the
+// map's and ring's own share.
+func entryCost(sql string) int { return 2*len(sql) + 256 }
+
+func newPlanCache(size, bytes int) *planCache {
 	c := &planCache{seed: maphash.MakeSeed()}
-	per := (size + cacheShards - 1) / cacheShards
-	if per < 1 {
-		per = 1
-	}
+	per := max((size+cacheShards-1)/cacheShards, 1)
+	perBytes := max((bytes+cacheShards-1)/cacheShards, 1)
 	for i := range c.shards {
 		c.shards[i].index = make(map[string]int32)
 		c.shards[i].maxSize = per
+		c.shards[i].maxBytes = perBytes
 	}
 	return c
 }
@@ -72,31 +81,56 @@ func (c *planCache) get(sql string) (*plan.Plan, bool) {
 
 // put stores p for sql, which the cache keeps: the caller must not pass a
 // string whose bytes may change. When sql is already cached (another
-// session won the race) the earlier plan is kept and returned.
+// session won the race) the earlier plan is kept and returned. A text
+// whose entry alone exceeds the shard's byte bound is not cached.
 func (c *planCache) put(sql string, p *plan.Plan) *plan.Plan {
 	s := c.shard(sql)
+	cost := entryCost(sql)
+	if cost > s.maxBytes {
+		return p
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if i, ok := s.index[sql]; ok {
 		return s.ring[i].plan
 	}
-	if len(s.ring) < s.maxSize {
-		s.ring = append(s.ring, cacheEntry{sql: sql, plan: p})
-		s.index[sql] = int32(len(s.ring) - 1)
-		return p
+	for len(s.index) > 0 && (len(s.index) >= s.maxSize || s.bytes+cost > s.maxBytes) {
+		s.evict()
 	}
+	var i int32
+	if n := len(s.free); n > 0 {
+		i = s.free[n-1]
+		s.free = s.free[:n-1]
+		s.ring[i].sql, s.ring[i].plan = sql, p
+		s.ring[i].ref.Store(false)
+	} else {
+		s.ring = append(s.ring, cacheEntry{sql: sql, plan: p})
+		i = int32(len(s.ring) - 1)
+	}
+	s.index[sql] = i
+	s.bytes += cost
+	return p
+}
+
+// evict frees the entry the hand stops at: the first one not hit since
+// the hand last passed. The shard holds at least one entry.
+func (s *cacheShard) evict() {
 	for {
 		e := &s.ring[s.hand]
+		i := int32(s.hand)
+		s.hand = (s.hand + 1) % len(s.ring)
+		if e.plan == nil {
+			continue
+		}
 		if e.ref.Load() {
 			e.ref.Store(false)
-			s.hand = (s.hand + 1) % len(s.ring)
 			continue
 		}
 		delete(s.index, e.sql)
-		e.sql, e.plan = sql, p
-		s.index[sql] = int32(s.hand)
-		s.hand = (s.hand + 1) % len(s.ring)
-		return p
+		s.bytes -= entryCost(e.sql)
+		e.sql, e.plan = "", nil
+		s.free = append(s.free, i)
+		return
 	}
 }
 
@@ -107,6 +141,18 @@ func (c *planCache) len() int {
 		s := &c.shards[i]
 		s.mu.RLock()
 		n += len(s.index)
+		s.mu.RUnlock()
+	}
+	return n
+}
+
+// size returns the bytes the cached plans are counted for (entryCost).
+func (c *planCache) size() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.RLock()
+		n += s.bytes
 		s.mu.RUnlock()
 	}
 	return n

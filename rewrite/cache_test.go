@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -9,7 +10,7 @@ import (
 )
 
 func TestCacheBounded(t *testing.T) {
-	c := newPlanCache(64)
+	c := newPlanCache(64, 1<<20)
 	p := &plan.Plan{}
 	for i := 0; i < 10000; i++ {
 		c.put(fmt.Sprint("SELECT snowflake.nextval() + ", i), p)
@@ -19,8 +20,44 @@ func TestCacheBounded(t *testing.T) {
 	}
 }
 
+// Long distinct texts are held within the byte bound, however many
+// entries the count bound allows; a text longer than a shard's share is
+// not cached at all. Before, the cache held its whole entry bound of
+// texts of up to 64 KiB each (regression: a client sending distinct long
+// statements made the proxy hold hundreds of MB).
+func TestCacheBoundedInBytes(t *testing.T) {
+	const bound = 4 << 20
+	c := newPlanCache(4096, bound)
+	p := &plan.Plan{}
+	pad := strings.Repeat("x", 60<<10)
+	for i := 0; i < 2000; i++ {
+		c.put(fmt.Sprintf("SELECT snowflake.nextval() /* %d %s */", i, pad), p)
+	}
+	if n := c.size(); n > bound {
+		t.Fatalf("cache counts %d bytes, bound %d", n, bound)
+	}
+	if n := c.len(); n == 0 || n > bound/(60<<10) {
+		t.Fatalf("cache holds %d long texts, want some and at most %d", n, bound/(60<<10))
+	}
+	huge := "SELECT snowflake.nextval() /* " + strings.Repeat("y", bound/cacheShards) + " */"
+	c.put(huge, p)
+	if _, ok := c.get(huge); ok {
+		t.Fatal("a text longer than a shard's share was cached")
+	}
+	// Short texts still find room, and the count bound still holds.
+	for i := 0; i < 10000; i++ {
+		c.put(fmt.Sprint("SELECT snowflake.nextval() + ", i), p)
+	}
+	if n := c.len(); n > 4096 {
+		t.Fatalf("cache holds %d plans, bound 4096", n)
+	}
+	if n := c.size(); n > bound {
+		t.Fatalf("cache counts %d bytes, bound %d", n, bound)
+	}
+}
+
 func TestCacheKeepsHotEntries(t *testing.T) {
-	c := newPlanCache(cacheShards * 4)
+	c := newPlanCache(cacheShards*4, 1<<20)
 	hot := "SELECT snowflake.nextval()"
 	hp := &plan.Plan{MaxParam: 1}
 	c.put(hot, hp)

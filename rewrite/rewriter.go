@@ -16,6 +16,9 @@ const (
 	// text, and very long texts (bulk INSERTs with literal values) are
 	// rarely sent twice.
 	DefaultMaxCachedLen = 64 << 10
+	// DefaultCacheBytes bounds the memory of the cached plans (their texts
+	// and about as much again for the plans) when Config.CacheBytes is 0.
+	DefaultCacheBytes = 64 << 20
 )
 
 // Config configures a Rewriter. The zero value is ready to use.
@@ -25,8 +28,13 @@ type Config struct {
 	// rounded up to a multiple of the number of cache shards (32).
 	CacheSize int
 	// MaxCachedLen is the longest SQL text whose plan is cached. 0 means
-	// DefaultMaxCachedLen; a negative value caches texts of any length.
+	// DefaultMaxCachedLen; a negative value caches texts of any length
+	// the byte bound allows.
 	MaxCachedLen int
+	// CacheBytes bounds the memory of the cached plans, counted as twice
+	// their texts' length and a little per plan, across 32 shards: a text
+	// longer than a shard's share is not cached. 0 means DefaultCacheBytes.
+	CacheBytes int
 }
 
 // Rewriter analyses SQL text into plans. It is safe for concurrent use.
@@ -45,8 +53,12 @@ func New(cfg Config) *Rewriter {
 	if size == 0 {
 		size = DefaultCacheSize
 	}
+	bytes := cfg.CacheBytes
+	if bytes <= 0 {
+		bytes = DefaultCacheBytes
+	}
 	if size > 0 {
-		r.cache = newPlanCache(size)
+		r.cache = newPlanCache(size, bytes)
 	}
 	return r
 }
