@@ -21,8 +21,9 @@ import (
 //     issued position lies in a lease and above anything issued by others
 //     in its range.
 type allocator struct {
-	g   *Generator
-	key Key
+	g    *Generator
+	key  Key
+	born int64 // ms when it was made (Generator.allocator)
 
 	last atomic.Int64 // last issued position (or the jump target)
 	hi   atomic.Int64 // end of the current lease, inclusive; 0 before the first

@@ -193,10 +193,21 @@ func (g *Generator) allocator(key Key) (*allocator, error) {
 	if a := t.get(key); a != nil {
 		return a, nil
 	}
-	a := &allocator{g: g, key: key}
-	g.allocs.Store(t.with(a))
+	now := g.clock.NowMs()
+	a := &allocator{g: g, key: key, born: now}
+	g.allocs.Store(t.with(a, now-idleAllocatorMs))
 	return a, nil
 }
+
+// idleAllocatorMs is how long after its lease ended an allocator with no
+// renewal in flight is dropped from the table, the next time a Key is
+// added. Keys come and go (a session's temporary sequences): without this
+// the table, which is copied for every new Key, grew with every Key ever
+// used (regression). Dropping one is safe: a caller that still holds it
+// issues inside its lease or renews it, and a new allocator for its Key
+// starts with a first lease, which continues above the store's high-water
+// as after a restart.
+const idleAllocatorMs = 60_000
 
 // goRenew starts a.renew(r) on a tracked goroutine, unless the Generator is
 // closed. Holding mu makes wg.Add happen before Close's Wait.

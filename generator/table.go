@@ -58,9 +58,15 @@ func (t *allocTable) get(k Key) *allocator {
 	}
 }
 
-// with returns a new table holding t's allocators and a.
-func (t *allocTable) with(a *allocator) *allocTable {
-	all := make([]*allocator, len(t.all), len(t.all)+1)
-	copy(all, t.all)
+// with returns a new table holding a and t's allocators but those made
+// and whose lease ended before the millisecond endedBefore, with no
+// renewal in flight.
+func (t *allocTable) with(a *allocator, endedBefore int64) *allocTable {
+	all := make([]*allocator, 0, len(t.all)+1)
+	for _, b := range t.all {
+		if max(b.hi.Load()>>CountBits, b.born) >= endedBefore || b.renewing.Load() {
+			all = append(all, b)
+		}
+	}
 	return newAllocTable(append(all, a))
 }
