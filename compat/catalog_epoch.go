@@ -20,9 +20,9 @@ import (
 // sql_drop run pg_notify(NotifyChannel)). One control connection per
 // database LISTENs on that channel; every notification moves the
 // database's epoch, and a session whose cache was built at another epoch
-// drops it. Changes to roles (memberships, superuser status) fire no event
-// trigger: the watch reads a fingerprint of them every epochRolePoll and
-// moves the epoch when it changed.
+// drops it. What fires no event trigger (role memberships, superuser
+// status; without the triggers, grants) moves a second epoch, the
+// privilege epoch (privilege_epoch.go).
 //
 // The epoch is 0, "changes cannot be seen", whenever the watch is not both
 // listening and sure that both event triggers exist and are enabled: before
@@ -52,12 +52,6 @@ const (
 	epochRetry = time.Second
 	// epochQueryTimeout bounds the connection and each check.
 	epochQueryTimeout = 10 * time.Second
-	// epochRolePoll is how often an armed watch reads the roles'
-	// fingerprint (rolesSQL): GRANT and REVOKE of a role and ALTER ROLE
-	// fire no event trigger, and a session's cached "may use the
-	// sequence" must not outlive a revoked membership or superuser status
-	// for longer than this.
-	epochRolePoll = 250 * time.Millisecond
 	// epochMinGap is the least time between two moves of the epoch. Any
 	// role may NOTIFY the channel, and DDL on temporary objects notifies
 	// too: every move makes each session read its caches again and the
@@ -74,16 +68,6 @@ const (
 // transaction).
 const makeBlocksSQL = `SELECT snowflake._blocks_all()
 	FROM (SELECT pg_catalog.set_config('lock_timeout', '1s', true)) AS timeout`
-
-// rolesSQL is a fingerprint of what privileges follow from besides grants
-// on objects: role memberships (with their options, which PostgreSQL 16
-// added) and the superuser and inherit flags. Both catalogs are readable
-// by every role.
-const rolesSQL = `SELECT pg_catalog.md5(
-	coalesce((SELECT pg_catalog.string_agg(m::pg_catalog.text, ',' ORDER BY m::pg_catalog.text)
-		FROM pg_catalog.pg_auth_members m), '') || '/' ||
-	coalesce((SELECT pg_catalog.string_agg(r.oid::pg_catalog.text || r.rolsuper::pg_catalog.text
-		|| r.rolinherit::pg_catalog.text, ',' ORDER BY r.oid) FROM pg_catalog.pg_roles r), ''))`
 
 // eventTriggersSQL counts the shim's enabled event triggers.
 const eventTriggersSQL = `SELECT count(*) FROM pg_catalog.pg_event_trigger
@@ -105,10 +89,14 @@ type catalogWatch struct {
 	// blocksLogged is set once makeBlocks has logged a failure; only the
 	// watch's goroutine touches it.
 	blocksLogged bool
-	// lastMove is when wait last moved the epoch; roles is the latest
-	// fingerprint of the roles (rolesSQL). The watch's goroutine only.
-	lastMove time.Time
-	roles    string
+	// privs is the privilege epoch (privilege_epoch.go): it moves with cur
+	// and when the privileges' fingerprint changes; 0 while the watch is
+	// not connected.
+	privs atomic.Uint64
+	// lastMove is when wait last moved the epoch; fingerprint is the
+	// latest fingerprint of the privileges. The watch's goroutine only.
+	lastMove    time.Time
+	fingerprint string
 }
 
 // CatalogEpoch implements wire.Snowflakes: the current catalog epoch of
@@ -166,6 +154,7 @@ func (w *catalogWatch) run() {
 	for {
 		err := w.listen()
 		w.cur.Store(0)
+		w.privs.Store(0)
 		if w.s.ctx.Err() != nil {
 			return
 		}
@@ -212,14 +201,18 @@ func (w *catalogWatch) listen() error {
 		_ = conn.Close(cctx)
 		cancel()
 	}()
-	// Read before the watch arms: a change after it moves the epoch.
-	if _, err := w.rolesChanged(conn); err != nil {
-		return err
-	}
-	for {
+	for first := true; ; first = false {
 		armed, err := w.check(conn)
 		if err != nil {
 			return err
+		}
+		if first {
+			// Read before the epochs are issued: a change after it moves
+			// them.
+			if _, err := w.privilegesChanged(conn, armed); err != nil {
+				return err
+			}
+			w.privs.Store(w.last.Add(1))
 		}
 		w.makeBlocks(conn)
 		wait := epochIdleRecheck
@@ -227,62 +220,18 @@ func (w *catalogWatch) listen() error {
 			wait = epochRecheck
 			if w.cur.Load() == 0 {
 				// Whatever happened before this point was not seen.
-				w.cur.Store(w.last.Add(1))
+				e := w.last.Add(1)
+				w.cur.Store(e)
+				w.privs.Store(e)
 			}
 		} else {
 			w.cur.Store(0)
 		}
 		w.checks.Add(1)
-		if !armed {
-			if err := w.wait(conn, wait, true); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := w.waitArmed(conn, wait); err != nil {
+		if err := w.waitPolling(conn, wait, armed); err != nil {
 			return err
 		}
 	}
-}
-
-// waitArmed is wait for an armed watch, for up to d: it reads the roles'
-// fingerprint every epochRolePoll meanwhile and moves the epoch when it
-// changed.
-func (w *catalogWatch) waitArmed(conn *pgx.Conn, d time.Duration) error {
-	end := time.Now().Add(d)
-	for {
-		moves := w.last.Load()
-		if err := w.wait(conn, min(epochRolePoll, time.Until(end)), false); err != nil {
-			return err
-		}
-		if w.last.Load() != moves || !time.Now().Before(end) {
-			return nil // a notification moved the epoch, or the time is up
-		}
-		changed, err := w.rolesChanged(conn)
-		if err != nil {
-			return err
-		}
-		if changed {
-			if w.cur.Load() != 0 {
-				w.cur.Store(w.last.Add(1))
-			}
-			return nil
-		}
-	}
-}
-
-// rolesChanged reads the roles' fingerprint and reports whether it differs
-// from the one read before (the first read reports no change).
-func (w *catalogWatch) rolesChanged(conn *pgx.Conn) (bool, error) {
-	ctx, cancel := context.WithTimeout(w.s.ctx, epochQueryTimeout)
-	defer cancel()
-	var fp string
-	if err := conn.QueryRow(ctx, rolesSQL).Scan(&fp); err != nil {
-		return false, fmt.Errorf("compat: catalog watch on %q: roles: %w", w.db, err)
-	}
-	changed := w.roles != "" && fp != w.roles
-	w.roles = fp
-	return changed, nil
 }
 
 // check reports whether both event triggers exist and are enabled.
@@ -317,18 +266,30 @@ func (w *catalogWatch) makeBlocks(conn *pgx.Conn) {
 	}
 }
 
-// wait receives a notification for up to d, moving the epoch while armed,
-// and returns after it. An unarmed watch also returns early when a session
-// nudges it. A timeout is not an error; a broken connection is.
-func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) error {
+// waitEvent is what ended a wait.
+type waitEvent uint8
+
+const (
+	waitTimeout  waitEvent = iota // d passed
+	waitNotified                  // a notification (it moved the epochs while armed)
+	waitNudged                    // a session asked an unarmed watch to look again
+)
+
+// wait receives a notification for up to d, moving the epochs while armed,
+// and returns after it. With wakeOnNudge it also returns early when a
+// session nudges the watch. A timeout is not an error; a broken connection
+// is.
+func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) (waitEvent, error) {
 	ctx, cancel := context.WithTimeout(w.s.ctx, d)
 	defer cancel()
+	var nudged atomic.Bool
 	if wakeOnNudge {
 		stop := make(chan struct{})
 		defer close(stop)
 		go func() {
 			select {
 			case <-w.nudge:
+				nudged.Store(true)
 				cancel()
 			case <-stop:
 			}
@@ -340,27 +301,32 @@ func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) e
 		_, err := conn.WaitForNotification(ctx)
 		if err == nil {
 			if err := w.coalesce(conn); err != nil {
-				return err
+				return 0, err
 			}
 			if w.cur.Load() != 0 {
-				w.cur.Store(w.last.Add(1))
+				e := w.last.Add(1)
+				w.cur.Store(e)
+				w.privs.Store(e)
 			}
 			w.lastMove = time.Now()
-			// Back to the loop, which makes the blocks of a default the
+			// Back to the caller, which makes the blocks of a default the
 			// DDL may have added (makeBlocks); later notifications wait
 			// in pgx's buffer.
-			return nil
+			return waitNotified, nil
 		}
 		if w.s.ctx.Err() != nil {
-			return w.s.ctx.Err()
+			return 0, w.s.ctx.Err()
 		}
 		if ctx.Err() != nil && (pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 			if conn.IsClosed() {
-				return fmt.Errorf("compat: catalog watch on %q: connection closed", w.db)
+				return 0, fmt.Errorf("compat: catalog watch on %q: connection closed", w.db)
 			}
-			return nil
+			if nudged.Load() {
+				return waitNudged, nil
+			}
+			return waitTimeout, nil
 		}
-		return fmt.Errorf("compat: catalog watch on %q: %w", w.db, err)
+		return 0, fmt.Errorf("compat: catalog watch on %q: %w", w.db, err)
 	}
 }
 

@@ -32,7 +32,10 @@
 //
 // Service (service.go) ties them together and implements wire.Snowflakes
 // and wire.FallbackClassifier (why the fast path refused, for metrics);
-// LeaseStats and CatalogWatches (catalog_epoch.go) report to metrics.
+// LeaseStats and CatalogWatches (catalog_epoch.go) report to metrics. The
+// catalog watch of each database (catalog_epoch.go) tells sessions when
+// DDL made elsewhere may have made their caches stale, and when what
+// roles may use may have changed unannounced (privilege_epoch.go).
 //
 // The state model shared by the shim and the Go generator is described in
 // docs/state-model.md and at the top of sql/functions.sql: the sequence's

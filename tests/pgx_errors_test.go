@@ -158,6 +158,58 @@ func TestPgxRevokedMembershipRefused(t *testing.T) {
 	wantError(t, "nextval('grpseq') after the REVOKE", err, "42501", denied)
 }
 
+// In a database whose shim a non-superuser installed there are no event
+// triggers, so DDL made elsewhere is not announced; a REVOKE of USAGE on a
+// sequence made on another connection was never seen by sessions that had
+// used it: they got fast-path IDs for as long as they lived (regression).
+// The catalog watch of such a database reads the sequences' privileges as
+// it reads the roles, and sessions drop what they cached when they change.
+func TestPgxRevokeSeenWithoutEventTriggers(t *testing.T) {
+	e := newEnv(t, pgxNode)
+	inst, user := "inst_"+e.db, "user_"+e.db
+	pgtestExecCluster(t, e, fmt.Sprintf("CREATE ROLE %s LOGIN; CREATE ROLE %s LOGIN", inst, user))
+	t.Cleanup(func() {
+		e.execDirect(t, "DROP OWNED BY "+inst+", "+user+" CASCADE")
+		pgtestExecCluster(t, e, "DROP ROLE IF EXISTS "+user+"; DROP ROLE IF EXISTS "+inst)
+	})
+	e.execDirect(t, fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s; GRANT CREATE ON SCHEMA public TO %[2]s", e.db, inst))
+	ctx := context.Background()
+	installer := e.connectWith(t, pgx.QueryExecModeSimpleProtocol, func(c *pgx.ConnConfig) { c.User = inst })
+	for _, sql := range []string{
+		"CREATE EXTENSION snowflake",
+		"CREATE SEQUENCE useq",
+		"GRANT USAGE ON SEQUENCE useq TO " + user,
+	} {
+		if _, err := installer.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s as %s: %v", sql, inst, err)
+		}
+	}
+	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM pg_event_trigger"); n != 0 {
+		t.Fatalf("%d event triggers after a non-superuser's install, want 0", n)
+	}
+	conn := e.connectWith(t, pgx.QueryExecModeSimpleProtocol, func(c *pgx.ConnConfig) { c.User = user })
+	if _, err := run(ctx, conn, "SET snowflake.node = 1"); err == nil {
+		t.Fatal("a non-superuser set the node")
+	}
+	checkIDs(t, "nextval('useq') with USAGE", mustInt64s(t, conn, "SELECT snowflake.nextval('useq')"), pgxNode)
+
+	if _, err := e.connectDirect(t).Exec(ctx, "SET ROLE "+inst+"; REVOKE USAGE ON SEQUENCE useq FROM "+user); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := queryInt64s(ctx, conn, "SELECT snowflake.nextval('useq')")
+		if err != nil {
+			wantError(t, "nextval('useq') after the REVOKE", err, "42501", "permission denied for sequence useq")
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nextval('useq') still served 15 s after USAGE was revoked")
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
 // pgtestExecCluster runs cluster-wide statements (roles) on the postgres
 // database, straight on the server.
 func pgtestExecCluster(t testing.TB, e *testEnv, sql string) {

@@ -50,15 +50,17 @@ func (m *mirror) dropRels() {
 	m.gen++
 }
 
-// checkEpoch drops what DDL made elsewhere may have made stale: relation
-// defaults and sequence resolutions.
+// checkEpoch drops what DDL or role changes made elsewhere may have made
+// stale: relation defaults and sequence resolutions. It returns the
+// catalog epoch.
 func (p *clientPump) checkEpoch() uint64 {
 	m := &p.mirror
 	e := p.cfg.Snowflakes.CatalogEpoch(p.db)
-	if e != m.relEpoch {
+	pe := p.cfg.Snowflakes.PrivilegeEpoch(p.db)
+	if e != m.relEpoch || pe != m.privEpoch {
 		m.dropRels()
 		clear(m.seqs)
-		m.relEpoch = e
+		m.relEpoch, m.privEpoch = e, pe
 	}
 	return e
 }

@@ -179,3 +179,27 @@ func TestValuesNameTheFallback(t *testing.T) {
 		})
 	}
 }
+
+// A move of the privilege epoch (a role's membership revoked elsewhere)
+// drops the session's sequence resolutions, which say whether its role
+// may use each sequence, as a move of the catalog epoch does; an epoch
+// that did not move keeps them (regression: the session kept using a
+// sequence its role had lost).
+func TestPrivilegeEpochDropsSequenceResolutions(t *testing.T) {
+	f := &fakeSnowflakes{}
+	p, _ := idSession(f)
+	p.checkEpoch()
+	if len(p.mirror.seqs) != 1 {
+		t.Fatalf("%d resolutions with no epoch moved, want 1", len(p.mirror.seqs))
+	}
+	f.privs.Store(5)
+	p.checkEpoch()
+	if len(p.mirror.seqs) != 0 {
+		t.Fatalf("%d resolutions after the privilege epoch moved, want 0", len(p.mirror.seqs))
+	}
+	p.mirror.seqs["s"] = seqInfo{oid: 16384, usable: true, inc: 1}
+	p.checkEpoch()
+	if len(p.mirror.seqs) != 1 {
+		t.Fatal("a resolution made at the current epoch was dropped")
+	}
+}

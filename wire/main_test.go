@@ -129,6 +129,7 @@ type fakeSnowflakes struct {
 	calls  atomic.Int64
 	fail   atomic.Bool
 	epoch  atomic.Uint64
+	privs  atomic.Uint64
 	fences atomic.Int64
 	wait   atomic.Bool   // TryNextvalBatch reports that NextvalBatch would wait
 	after  atomic.Uint64 // the fence ticket of the latest request
@@ -157,6 +158,9 @@ func (f *fakeSnowflakes) TryNextvalBatch(db string, node int, reqs []generator.R
 // CatalogEpoch reports epoch (0 until a test sets it: defaults stay with
 // the server).
 func (f *fakeSnowflakes) CatalogEpoch(db string) uint64 { return f.epoch.Load() }
+
+// PrivilegeEpoch reports privs (0 until a test sets it).
+func (f *fakeSnowflakes) PrivilegeEpoch(db string) uint64 { return f.privs.Load() }
 
 // FenceTicket counts fences; the fake's IDs only grow, so nothing else is
 // needed.

@@ -59,6 +59,12 @@ type Snowflakes interface {
 	// load) and must not block. With 0, column defaults are left to the
 	// server (defaults.go).
 	CatalogEpoch(database string) uint64
+	// PrivilegeEpoch returns a value that moves whenever what roles may
+	// use may have changed in database, announced or not (a role's
+	// membership revoked), or 0 when such changes cannot be seen there.
+	// Sessions compare it with the value their caches were built at, with
+	// CatalogEpoch: it must be as cheap and must not block.
+	PrivilegeEpoch(database string) uint64
 	// FenceTicket returns a ticket for the requests of one session
 	// (generator.Request.After): their IDs continue above every ID issued
 	// before it by other paths (the server's shim, setval, ALTER
