@@ -168,8 +168,7 @@ func (a *allocator) next(ctx context.Context, inc int64) (int64, error) {
 			if err := a.await(ctx, 0); err != nil {
 				return 0, err
 			}
-			now = a.g.clock.NowMs()
-			continue
+			continue // with the same now, as take (batch.go) explains
 		}
 		if p <= hi {
 			if !a.last.CompareAndSwap(last, p) {

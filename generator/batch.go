@@ -147,9 +147,15 @@ func (a *allocator) positions(now, last int64, reqs []Request, from int) int64 {
 
 // take issues the positions of a's requests in reqs[from:] (see
 // positions) with one compare-and-swap, waiting for the store when the
-// lease has no room for all of them. After a wait the clock is read again:
-// a lease may have moved it (compat holds it back to the server's), and
-// the rule gives positions above last for any now.
+// lease has no room for all of them. After a wait for room the clock is
+// read again: a lease may have moved it (compat holds it back to the
+// server's), and the rule gives positions above last for any now. Not
+// after a wait for a report (uncovered): positions that each take a
+// millisecond (INCREMENT below 1) lie ahead of every reading, and one
+// taken after the report would need another, and so on for as long as a
+// report took a millisecond or more (regression: a session spun in
+// leases for minutes on a busy machine). The position reported is
+// covered, whatever the clock says by then.
 func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from int) error {
 	if a.fencePending(reqs[from].After) {
 		if err := a.awaitFence(ctx, a.fenceWant.Load(), reqs[from].After); err != nil {
@@ -165,7 +171,6 @@ func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from in
 			if err := a.await(ctx, 0); err != nil {
 				return err
 			}
-			now = a.g.clock.NowMs()
 			continue
 		}
 		if p <= hi {

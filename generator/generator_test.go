@@ -518,3 +518,39 @@ func TestCoverReportedAfterAnUnusedOne(t *testing.T) {
 	}
 	wantPos(t, id, 105, 2)
 }
+
+// Positions that each take a millisecond (INCREMENT below 1) lie ahead of
+// the clock whatever it reads, so each batch is reported before it is
+// issued. The position was computed again from the clock after the report:
+// when a report took a millisecond or more, the new position lay a
+// millisecond further and needed another report, and so on (regression:
+// a session spun in leases for minutes on a loaded machine). Here every
+// lease takes a millisecond of the fake clock.
+func TestReportOfPositionsAheadEndsWhenLeasesAreSlow(t *testing.T) {
+	s := NewMemStore()
+	g, clock := newTestGen(t, s)
+	s.BeforeLease = func(context.Context, Key, int64, int64) error {
+		clock.Advance(time.Millisecond)
+		return nil
+	}
+	mustNext(t, g, testKey)
+	settle(g)
+	for round := 0; round < 5; round++ {
+		clock.Advance(10 * time.Millisecond) // the statements in between: the clock passed the last ID
+		before := s.Leases()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		reqs := batch(testKey.Seq, -1, 3)
+		err := g.NextBatch(ctx, testKey.Database, testKey.Node, reqs)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: %v after %d leases", round, err, s.Leases()-before)
+		}
+		settle(g)
+		if n := s.Leases() - before; n > 3 {
+			t.Fatalf("round %d: %d leases for one batch", round, n)
+		}
+		if held := s.Issued(testKey); PositionOf(reqs[2].ID) > held {
+			t.Fatalf("round %d: %s issued while the store held only %s", round, posString(PositionOf(reqs[2].ID)), posString(held))
+		}
+	}
+}
