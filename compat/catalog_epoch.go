@@ -94,9 +94,11 @@ type catalogWatch struct {
 	// not connected.
 	privs atomic.Uint64
 	// lastMove is when wait last moved the epoch; fingerprint is the
-	// latest fingerprint of the privileges. The watch's goroutine only.
+	// latest fingerprint of the privileges, nextPoll when it is read
+	// again. The watch's goroutine only.
 	lastMove    time.Time
 	fingerprint string
+	nextPoll    time.Time
 }
 
 // CatalogEpoch implements wire.Snowflakes: the current catalog epoch of
@@ -209,7 +211,7 @@ func (w *catalogWatch) listen() error {
 		if first {
 			// Read before the epochs are issued: a change after it moves
 			// them.
-			if _, err := w.privilegesChanged(conn, armed); err != nil {
+			if _, err := w.privilegesChanged(conn); err != nil {
 				return err
 			}
 			w.privs.Store(w.last.Add(1))
@@ -304,6 +306,14 @@ func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) (
 				return 0, err
 			}
 			if w.cur.Load() != 0 {
+				// The privileges' fingerprint is read before the move:
+				// sessions build their caches after it, so a change made
+				// after the reading must move the privilege epoch again,
+				// even one that a later change undoes before the next
+				// reading.
+				if _, err := w.privilegesChanged(conn); err != nil {
+					return 0, err
+				}
 				e := w.last.Add(1)
 				w.cur.Store(e)
 				w.privs.Store(e)
