@@ -38,13 +38,36 @@ type cacheShard struct {
 type cacheEntry struct {
 	sql  string
 	plan *plan.Plan
+	cost int // entryCost when it was put
 	ref  atomic.Bool
 }
 
 // entryCost is what an entry is counted for against the byte bound: the
-// text, about as much again for the plan's parts and records, and the
-// map's and ring's own share.
-func entryCost(sql string) int { return 2*len(sql) + 256 }
+// text and about as much again for the template's parts, a share for
+// every piece of the plan (slot, part, INSERT row and edit: a plan of a
+// long multi-row INSERT holds far more than its text, regression), and
+// the map's and ring's own share.
+func entryCost(sql string, p *plan.Plan) int {
+	pieces := 0
+	if t := p.Template; t != nil {
+		pieces += len(t.Slots) + len(t.Parts)
+	}
+	if in := p.Inserts; in != nil {
+		pieces += len(in.Base)
+		for i := range in.Targets {
+			pieces += len(in.Targets[i].Rows) + len(in.Targets[i].Cols)
+			for j := range in.Targets[i].Rows {
+				pieces += len(in.Targets[i].Rows[j].Defaults)
+			}
+		}
+	}
+	pieces += len(p.Statements)
+	return 2*len(sql) + 256 + pieceCost*pieces
+}
+
+// pieceCost is the bytes counted per piece of a plan: what a slot of a
+// template, its source records and an INSERT row's records take.
+const pieceCost = 128
 
 func newPlanCache(size, bytes int) *planCache {
 	c := &planCache{seed: maphash.MakeSeed()}
@@ -85,7 +108,7 @@ func (c *planCache) get(sql string) (*plan.Plan, bool) {
 // whose entry alone exceeds the shard's byte bound is not cached.
 func (c *planCache) put(sql string, p *plan.Plan) *plan.Plan {
 	s := c.shard(sql)
-	cost := entryCost(sql)
+	cost := entryCost(sql, p)
 	if cost > s.maxBytes {
 		return p
 	}
@@ -101,10 +124,10 @@ func (c *planCache) put(sql string, p *plan.Plan) *plan.Plan {
 	if n := len(s.free); n > 0 {
 		i = s.free[n-1]
 		s.free = s.free[:n-1]
-		s.ring[i].sql, s.ring[i].plan = sql, p
+		s.ring[i].sql, s.ring[i].plan, s.ring[i].cost = sql, p, cost
 		s.ring[i].ref.Store(false)
 	} else {
-		s.ring = append(s.ring, cacheEntry{sql: sql, plan: p})
+		s.ring = append(s.ring, cacheEntry{sql: sql, plan: p, cost: cost})
 		i = int32(len(s.ring) - 1)
 	}
 	s.index[sql] = i
@@ -127,8 +150,8 @@ func (s *cacheShard) evict() {
 			continue
 		}
 		delete(s.index, e.sql)
-		s.bytes -= entryCost(e.sql)
-		e.sql, e.plan = "", nil
+		s.bytes -= e.cost
+		e.sql, e.plan, e.cost = "", nil, 0
 		s.free = append(s.free, i)
 		return
 	}

@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -114,4 +115,36 @@ func TestCacheHitAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { r.Plan(sql) }); n != 0 {
 		t.Errorf("cache hit allocates %v times", n)
 	}
+}
+
+// The memory the cache keeps stays near its byte bound for plans much
+// larger than their text: long multi-row INSERTs with a call per row.
+// They were counted by their text alone, and a bound of 32 MiB held
+// four times as much (regression: a reviewer's 64 MiB cache grew the
+// heap by 378 MB).
+func TestCacheBoundCountsThePlans(t *testing.T) {
+	const bound = 16 << 20
+	r := New(Config{CacheBytes: bound})
+	var rows strings.Builder
+	for i := 0; i < 1000; i++ {
+		if i > 0 {
+			rows.WriteString(", ")
+		}
+		fmt.Fprintf(&rows, "(snowflake.nextval(), %d)", i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := 0; i < 200; i++ {
+		r.Plan(fmt.Sprintf("INSERT INTO t%d (id, v) VALUES %s", i, rows.String()))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if n := r.cache.size(); n > bound {
+		t.Fatalf("cache counts %d bytes, bound %d", n, bound)
+	}
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 3*bound/2 {
+		t.Fatalf("the heap kept %d MB for a cache bound of %d MB (%d plans cached)", grown>>20, bound>>20, r.cache.len())
+	}
+	runtime.KeepAlive(r)
 }

@@ -32,8 +32,9 @@ type Config struct {
 	// the byte bound allows.
 	MaxCachedLen int
 	// CacheBytes bounds the memory of the cached plans, counted as twice
-	// their texts' length and a little per plan, across 32 shards: a text
-	// longer than a shard's share is not cached. 0 means DefaultCacheBytes.
+	// their texts' length and a share per piece of each plan (slots,
+	// INSERT rows), across 32 shards: a plan larger than a shard's share
+	// is not cached. 0 means DefaultCacheBytes.
 	CacheBytes int
 }
 
