@@ -2,6 +2,7 @@ package generator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,10 @@ type allocator struct {
 
 	mu     sync.Mutex
 	flight *renewal // the renewal in flight, shared by everyone waiting
+	// retired: the allocator left the table (Generator.allocator) and
+	// starts no renewal; a caller that still holds it looks its Key up
+	// again (errRetired). Under mu.
+	retired bool
 
 	// jumpedTo is the position last was raised to by the latest jump
 	// (lease): last equals it until an ID is issued above it. reported is
@@ -302,19 +307,53 @@ func (a *allocator) failingFast() error {
 // in fail-fast mode for as long again.
 const slowFailMs = 250
 
-// start returns the renewal in flight, starting one if there is none.
-func (a *allocator) start(need int64) (*renewal, error) {
+// errRetired is start's answer for an allocator that left the table.
+var errRetired = errors.New("generator: allocator retired")
+
+// retire takes the allocator out of use when it was made and its lease
+// ended before the millisecond endedBefore and no renewal is in flight:
+// from then on it starts none, so that no lease is ever taken from an
+// allocator outside the table (Close seals and releases only those in
+// it). It reports whether it did.
+func (a *allocator) retire(endedBefore int64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.flight == nil && max(a.hi.Load()>>CountBits, a.born) < endedBefore {
+		a.retired = true
+	}
+	return a.retired
+}
+
+// start returns the renewal in flight, starting one if there is none.
+//
+// The renewal is published under mu and its goroutine started after:
+// goRenew takes the Generator's mu, which is held while allocators
+// retire (they take mu), so holding both here would deadlock.
+func (a *allocator) start(need int64) (*renewal, error) {
+	a.mu.Lock()
 	if a.flight != nil {
-		return a.flight, nil
+		r := a.flight
+		a.mu.Unlock()
+		return r, nil
+	}
+	if a.retired {
+		a.mu.Unlock()
+		return nil, errRetired
 	}
 	r := &renewal{need: need, done: make(chan struct{})}
-	if err := a.g.goRenew(a, r); err != nil {
-		return nil, err
-	}
 	a.flight = r
 	a.renewing.Store(true)
+	a.mu.Unlock()
+	if err := a.g.goRenew(a, r); err != nil {
+		// Closed: those who joined r meanwhile get the error too.
+		a.mu.Lock()
+		a.flight = nil
+		a.renewing.Store(false)
+		a.mu.Unlock()
+		r.err = err
+		close(r.done)
+		return nil, err
+	}
 	return r, nil
 }
 

@@ -2,6 +2,7 @@ package generator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -103,21 +104,27 @@ func (g *Generator) eachSequence(ctx context.Context, step batchStep, database s
 		if reqs[i].done {
 			continue
 		}
-		a, err := g.lookup(Key{Database: database, Seq: reqs[i].Seq, Node: node})
-		if err != nil {
-			return false, err
-		}
 		ok := true
-		switch step {
-		case stepTake:
-			err = a.take(ctx, now, reqs, i)
-		case stepTryTake:
-			ok, err = a.tryTake(now, reqs, i)
-		default:
-			ok, err = a.ready(now, reqs, i)
-		}
-		if !ok || err != nil {
-			return false, err
+		for {
+			a, err := g.lookup(Key{Database: database, Seq: reqs[i].Seq, Node: node})
+			if err != nil {
+				return false, err
+			}
+			switch step {
+			case stepTake:
+				err = a.take(ctx, now, reqs, i)
+			case stepTryTake:
+				ok, err = a.tryTake(now, reqs, i)
+			default:
+				ok, err = a.ready(now, reqs, i)
+			}
+			if errors.Is(err, errRetired) {
+				continue // it left the table meanwhile, having issued nothing
+			}
+			if !ok || err != nil {
+				return false, err
+			}
+			break
 		}
 	}
 	return true, nil

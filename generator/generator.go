@@ -124,18 +124,20 @@ func (g *Generator) Next(ctx context.Context, key Key, inc int64) (int64, error)
 	if g.closed.Load() {
 		return 0, ErrClosed
 	}
-	a := g.allocs.Load().get(key)
-	if a == nil {
-		var err error
-		if a, err = g.allocator(key); err != nil {
+	for {
+		a, err := g.lookup(key)
+		if err != nil {
 			return 0, err
 		}
+		pos, err := a.next(ctx, inc)
+		if errors.Is(err, errRetired) {
+			continue // it left the table meanwhile, having issued nothing
+		}
+		if err != nil {
+			return 0, err
+		}
+		return IDAt(pos, key.Node), nil
 	}
-	pos, err := a.next(ctx, inc)
-	if err != nil {
-		return 0, err
-	}
-	return IDAt(pos, key.Node), nil
 }
 
 // TryNext is Next without waiting, for callers that must not block (an
@@ -145,17 +147,20 @@ func (g *Generator) TryNext(key Key, inc int64) (id int64, ok bool, err error) {
 	if g.closed.Load() {
 		return 0, false, ErrClosed
 	}
-	a := g.allocs.Load().get(key)
-	if a == nil {
-		if a, err = g.allocator(key); err != nil {
+	for {
+		a, err := g.lookup(key)
+		if err != nil {
 			return 0, false, err
 		}
+		pos, ok, err := a.tryNext(inc)
+		if errors.Is(err, errRetired) {
+			continue // it left the table meanwhile, having issued nothing
+		}
+		if !ok || err != nil {
+			return 0, false, err
+		}
+		return IDAt(pos, key.Node), true, nil
 	}
-	pos, ok, err := a.tryNext(inc)
-	if !ok || err != nil {
-		return 0, false, err
-	}
-	return IDAt(pos, key.Node), true, nil
 }
 
 // Fence makes the next Next of every Key of database (of sequence seq only,

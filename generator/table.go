@@ -58,13 +58,13 @@ func (t *allocTable) get(k Key) *allocator {
 	}
 }
 
-// with returns a new table holding a and t's allocators but those made
-// and whose lease ended before the millisecond endedBefore, with no
-// renewal in flight.
+// with returns a new table holding a and t's allocators but those that
+// retire (made and whose lease ended before the millisecond endedBefore,
+// with no renewal in flight).
 func (t *allocTable) with(a *allocator, endedBefore int64) *allocTable {
 	all := make([]*allocator, 0, len(t.all)+1)
 	for _, b := range t.all {
-		if max(b.hi.Load()>>CountBits, b.born) >= endedBefore || b.renewing.Load() {
+		if !b.retire(endedBefore) {
 			all = append(all, b)
 		}
 	}

@@ -2,6 +2,7 @@ package generator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -82,12 +83,22 @@ func TestIdleAllocatorsLeaveTheTable(t *testing.T) {
 	if n := len(g.allocs.Load().all); n != 100 {
 		t.Fatalf("%d allocators, want 100", n)
 	}
+	held := g.allocs.Load().get(Key{Database: "db", Seq: 20000, Node: 1})
 	clock.Advance((idleAllocatorMs + 1000) * time.Millisecond)
 	fresh := Key{Database: "db", Seq: 30000, Node: 1}
 	mustNext(t, g, fresh)
 	settle(g)
 	if n := len(g.allocs.Load().all); n != 1 {
 		t.Fatalf("%d allocators after the others idled, want 1", n)
+	}
+	// One that left takes no lease any more, even for a caller that still
+	// holds it: Close would neither seal nor release that lease.
+	leases := s.Leases()
+	if _, err := held.start(0); !errors.Is(err, errRetired) {
+		t.Fatalf("a retired allocator's start: %v, want errRetired", err)
+	}
+	if s.Leases() != leases {
+		t.Fatal("a retired allocator took a lease")
 	}
 	// A Key back after its allocator left continues above its earlier IDs.
 	k := Key{Database: "db", Seq: 20000, Node: 1}
