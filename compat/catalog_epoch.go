@@ -95,10 +95,12 @@ type catalogWatch struct {
 	privs atomic.Uint64
 	// lastMove is when wait last moved the epoch; fingerprint is the
 	// latest fingerprint of the privileges, nextPoll when it is read
-	// again. The watch's goroutine only.
+	// again, moved whether the epochs moved since (privilegesChanged).
+	// The watch's goroutine only.
 	lastMove    time.Time
 	fingerprint string
 	nextPoll    time.Time
+	moved       bool // a notification moved the epochs since the reading
 }
 
 // CatalogEpoch implements wire.Snowflakes: the current catalog epoch of
@@ -306,17 +308,15 @@ func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) (
 				return 0, err
 			}
 			if w.cur.Load() != 0 {
-				// The privileges' fingerprint is read before the move:
-				// sessions build their caches after it, so a change made
-				// after the reading must move the privilege epoch again,
-				// even one that a later change undoes before the next
-				// reading.
-				if _, err := w.privilegesChanged(conn); err != nil {
-					return 0, err
-				}
 				e := w.last.Add(1)
 				w.cur.Store(e)
 				w.privs.Store(e)
+				// Sessions build their caches after this move, and the
+				// last reading of the privileges predates it: an
+				// unannounced change undone before the next reading
+				// would go unseen. The next reading moves the privilege
+				// epoch whatever it finds.
+				w.moved = true
 			}
 			w.lastMove = time.Now()
 			// Back to the caller, which makes the blocks of a default the
