@@ -91,8 +91,9 @@ type catalogWatch struct {
 	blocksLogged bool
 	// privs is the privilege epoch (privilege_epoch.go): it moves with cur
 	// and when the privileges' fingerprint changes; 0 while the watch is
-	// not connected.
-	privs atomic.Uint64
+	// not connected. privLast hands out its values, as last does cur's.
+	privs    atomic.Uint64
+	privLast atomic.Uint64
 	// lastMove is when wait last moved the epoch; fingerprint is the
 	// latest fingerprint of the privileges, nextPoll when it is read
 	// again, moved whether the epochs moved since (privilegesChanged).
@@ -216,7 +217,7 @@ func (w *catalogWatch) listen() error {
 			if _, err := w.privilegesChanged(conn); err != nil {
 				return err
 			}
-			w.privs.Store(w.last.Add(1))
+			w.movePrivs()
 		}
 		w.makeBlocks(conn)
 		wait := epochIdleRecheck
@@ -224,9 +225,8 @@ func (w *catalogWatch) listen() error {
 			wait = epochRecheck
 			if w.cur.Load() == 0 {
 				// Whatever happened before this point was not seen.
-				e := w.last.Add(1)
-				w.cur.Store(e)
-				w.privs.Store(e)
+				w.cur.Store(w.last.Add(1))
+				w.movePrivs()
 			}
 		} else {
 			w.cur.Store(0)
@@ -308,9 +308,8 @@ func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) (
 				return 0, err
 			}
 			if w.cur.Load() != 0 {
-				e := w.last.Add(1)
-				w.cur.Store(e)
-				w.privs.Store(e)
+				w.cur.Store(w.last.Add(1))
+				w.movePrivs()
 				// Sessions build their caches after this move, and the
 				// last reading of the privileges predates it: an
 				// unannounced change undone before the next reading

@@ -257,9 +257,10 @@ func TestPrivilegeEpochFollowsRoleChanges(t *testing.T) {
 				_, _ = c.Exec(ctxT(t), "DROP ROLE IF EXISTS "+mem)
 				_, _ = c.Exec(ctxT(t), "DROP ROLE IF EXISTS "+grp)
 			})
+			// Roles created plainly change nobody's privileges: not read.
+			mustExec(t, c, "CREATE ROLE "+grp+" NOLOGIN")
+			mustExec(t, c, "CREATE ROLE "+mem+" NOLOGIN")
 			stmts := []string{
-				"CREATE ROLE " + grp + " NOLOGIN",
-				"CREATE ROLE " + mem + " NOLOGIN",
 				"GRANT " + grp + " TO " + mem,
 				"REVOKE " + grp + " FROM " + mem,
 				"ALTER ROLE " + mem + " SUPERUSER",

@@ -32,17 +32,20 @@ const epochPrivilegePoll = 250 * time.Millisecond
 
 // privilegesSQL is a fingerprint of what decides whether a role may use a
 // sequence: role memberships (whole rows: PostgreSQL 16 added options),
-// the superuser and inherit flags, the sequences (which exist, their
-// owners, grants and increments) and the schemas' owners and grants. Sums
-// of hashes: no sort of the catalog, and no md5, which a server in FIPS
-// mode refuses. Every catalog read is readable by every role.
+// the roles that are superusers or do not inherit (a role created or
+// dropped plainly changes nobody's privileges, and roles are the whole
+// server's: every database's sessions would drop their caches), the
+// sequences (which exist, their owners, grants and increments) and the
+// schemas' owners and grants. Sums of hashes: no sort of the catalog, and
+// no md5, which a server in FIPS mode refuses. Every catalog read is
+// readable by every role.
 const privilegesSQL = `SELECT
 	(SELECT pg_catalog.count(*)::pg_catalog.text || ':' || coalesce(pg_catalog.sum(
 		pg_catalog.hashtext(m::pg_catalog.text))::pg_catalog.text, '')
 	FROM pg_catalog.pg_auth_members m)
 	|| '/' || (SELECT coalesce(pg_catalog.sum(pg_catalog.hashtext(r.oid::pg_catalog.text || ':'
 		|| r.rolsuper::pg_catalog.text || r.rolinherit::pg_catalog.text))::pg_catalog.text, '')
-	FROM pg_catalog.pg_roles r)
+	FROM pg_catalog.pg_roles r WHERE r.rolsuper OR NOT r.rolinherit)
 	|| '/' || (SELECT pg_catalog.count(*)::pg_catalog.text || ':' || coalesce(pg_catalog.sum(pg_catalog.hashtext(
 		c.oid::pg_catalog.text || ':' || c.relowner::pg_catalog.text || ':' || coalesce(c.relacl::pg_catalog.text, '')
 		|| ':' || s.seqincrement::pg_catalog.text))::pg_catalog.text, '')
@@ -81,7 +84,7 @@ func (w *catalogWatch) waitPolling(conn *pgx.Conn, d time.Duration, armed bool) 
 				return err
 			}
 			if changed {
-				w.privs.Store(w.last.Add(1))
+				w.movePrivs()
 			}
 		}
 		ev, err := w.wait(conn, min(time.Until(end), time.Until(w.nextPoll)), !armed)
@@ -109,3 +112,6 @@ func (w *catalogWatch) privilegesChanged(conn *pgx.Conn) (bool, error) {
 	w.nextPoll = time.Now().Add(epochPrivilegePoll)
 	return changed, nil
 }
+
+// movePrivs moves the privilege epoch.
+func (w *catalogWatch) movePrivs() { w.privs.Store(w.privLast.Add(1)) }

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgserver"
+	"github.com/snowflake-proxy/snowflake-proxy/internal/pgtest"
 )
 
 // Errors and transactions through the proxy, per pgx query exec mode. The
@@ -125,7 +128,13 @@ func TestPgxPermissionDenied(t *testing.T) {
 // until DDL happened in the database (regression); the catalog watch now
 // reads the roles' fingerprint and moves the epoch.
 func TestPgxRevokedMembershipRefused(t *testing.T) {
-	e := newPgxEnv(t)
+	// A server of its own: a membership granted and revoked moves the
+	// privilege epoch of every database of the server, and sessions of
+	// other tests would drop their caches (and send an INSERT to the shim
+	// where they assert the fast path).
+	srv := pgtest.Start(t, pgserver.Options{})
+	e := newEnvOn(t, srv, pgtest.NewDatabase(t, srv), pgxNode)
+	e.installExtension(t)
 	grp, mem := "grp_"+e.db, "mem_"+e.db
 	pgtestExecCluster(t, e, fmt.Sprintf("CREATE ROLE %s NOLOGIN; CREATE ROLE %s LOGIN; GRANT %[1]s TO %[2]s", grp, mem))
 	t.Cleanup(func() {
