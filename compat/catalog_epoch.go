@@ -96,12 +96,10 @@ type catalogWatch struct {
 	privLast atomic.Uint64
 	// lastMove is when wait last moved the epoch; fingerprint is the
 	// latest fingerprint of the privileges, nextPoll when it is read
-	// again, moved whether the epochs moved since (privilegesChanged).
-	// The watch's goroutine only.
+	// again. The watch's goroutine only.
 	lastMove    time.Time
 	fingerprint string
 	nextPoll    time.Time
-	moved       bool // a notification moved the epochs since the reading
 }
 
 // CatalogEpoch implements wire.Snowflakes: the current catalog epoch of
@@ -308,14 +306,17 @@ func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) (
 				return 0, err
 			}
 			if w.cur.Load() != 0 {
+				// The privileges are read first: sessions build their
+				// caches after this move, and an unannounced change made
+				// after an earlier reading and undone before the next
+				// would go unseen (an announced ALTER SEQUENCE ... OWNER,
+				// then REASSIGN OWNED back). One query per move: each
+				// move costs every session a query already.
+				if _, err := w.privilegesChanged(conn); err != nil {
+					return 0, err
+				}
 				w.cur.Store(w.last.Add(1))
 				w.movePrivs()
-				// Sessions build their caches after this move, and the
-				// last reading of the privileges predates it: an
-				// unannounced change undone before the next reading
-				// would go unseen. The next reading moves the privilege
-				// epoch whatever it finds.
-				w.moved = true
 			}
 			w.lastMove = time.Now()
 			// Back to the caller, which makes the blocks of a default the

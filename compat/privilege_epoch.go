@@ -98,8 +98,7 @@ func (w *catalogWatch) waitPolling(conn *pgx.Conn, d time.Duration, armed bool) 
 }
 
 // privilegesChanged reads the privileges' fingerprint and reports whether
-// it differs from the one read before (the first read reports no change),
-// or a notification moved the epochs since that reading (see wait).
+// it differs from the one read before (the first read reports no change).
 func (w *catalogWatch) privilegesChanged(conn *pgx.Conn) (bool, error) {
 	ctx, cancel := context.WithTimeout(w.s.ctx, epochQueryTimeout)
 	defer cancel()
@@ -107,8 +106,8 @@ func (w *catalogWatch) privilegesChanged(conn *pgx.Conn) (bool, error) {
 	if err := conn.QueryRow(ctx, privilegesSQL).Scan(&fp); err != nil {
 		return false, fmt.Errorf("compat: catalog watch on %q: privileges: %w", w.db, err)
 	}
-	changed := (w.fingerprint != "" && fp != w.fingerprint) || w.moved
-	w.fingerprint, w.moved = fp, false
+	changed := w.fingerprint != "" && fp != w.fingerprint
+	w.fingerprint = fp
 	w.nextPoll = time.Now().Add(epochPrivilegePoll)
 	return changed, nil
 }
