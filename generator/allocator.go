@@ -345,16 +345,21 @@ func (a *allocator) start(need int64) (*renewal, error) {
 	a.renewing.Store(true)
 	a.mu.Unlock()
 	if err := a.g.goRenew(a, r); err != nil {
-		// Closed: those who joined r meanwhile get the error too.
-		a.mu.Lock()
-		a.flight = nil
-		a.renewing.Store(false)
-		a.mu.Unlock()
-		r.err = err
-		close(r.done)
+		a.finish(r, err) // closed: those who joined r meanwhile get the error too
 		return nil, err
 	}
 	return r, nil
+}
+
+// finish ends renewal r with err: those waiting for it return, and the
+// next start begins another.
+func (a *allocator) finish(r *renewal, err error) {
+	a.mu.Lock()
+	a.flight = nil
+	a.renewing.Store(false)
+	a.mu.Unlock()
+	r.err = err
+	close(r.done)
 }
 
 // renew runs one renewal on its own goroutine and publishes the outcome.
@@ -367,12 +372,7 @@ func (a *allocator) renew(r *renewal) {
 	err := a.lease(a.g.ctx, r.need, fenced)
 	a.g.stats.renewals.Add(1)
 	if err == nil {
-		for {
-			done := a.fenceDone.Load()
-			if done >= fence || a.fenceDone.CompareAndSwap(done, fence) {
-				break
-			}
-		}
+		raiseToU64(&a.fenceDone, fence)
 		// Only a fenced lease satisfies tickets: one that started before a
 		// caller recorded its ticket (ticketWant) was not.
 		if fenced {
@@ -390,12 +390,7 @@ func (a *allocator) renew(r *renewal) {
 		a.g.logger.Warn("lease renewal failed", "database", a.key.Database,
 			"seq", a.key.Seq, "node", a.key.Node, "err", err)
 	}
-	a.mu.Lock()
-	a.flight = nil
-	a.renewing.Store(false)
-	a.mu.Unlock()
-	r.err = err
-	close(r.done)
+	a.finish(r, err)
 }
 
 // lease takes the next lease from the store and installs it; the lease
