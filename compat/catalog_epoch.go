@@ -222,9 +222,11 @@ func (w *catalogWatch) listen() error {
 		if armed {
 			wait = epochRecheck
 			if w.cur.Load() == 0 {
-				// Whatever happened before this point was not seen.
-				w.cur.Store(w.last.Add(1))
+				// Whatever happened before this point was not seen. The
+				// privilege epoch first: who sees the new catalog epoch
+				// sees the new privilege epoch too.
 				w.movePrivs()
+				w.cur.Store(w.last.Add(1))
 			}
 		} else {
 			w.cur.Store(0)
@@ -315,8 +317,8 @@ func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) (
 				if _, err := w.privilegesChanged(conn); err != nil {
 					return 0, err
 				}
-				w.cur.Store(w.last.Add(1))
 				w.movePrivs()
+				w.cur.Store(w.last.Add(1))
 			}
 			w.lastMove = time.Now()
 			// Back to the caller, which makes the blocks of a default the

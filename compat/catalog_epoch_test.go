@@ -243,13 +243,9 @@ func TestPrivilegeEpochFollowsRoleChanges(t *testing.T) {
 				mustExec(t, c, strings.Replace(extSQL(t, plan.CreateExtension, nil), "IF v_super THEN", "IF false THEN", 1))
 			}
 			db := dbName(t, c)
-			s := newService(t, url, 0, nil)
-			s.PrivilegeEpoch(db)
-			e := waitPrivs(t, s, db, "a first epoch", func(e uint64) bool { return e != 0 })
-			if triggers {
-				waitEpoch(t, s, db, "arming", func(e uint64) bool { return e != 0 })
-				e = s.PrivilegeEpoch(db)
-			}
+			// Set up before the watch starts: a notification of this DDL
+			// arriving late would move the epoch while a statement below
+			// waits for its own move, which it would take for one.
 			suffix := fmt.Sprint(triggers)
 			grp, mem := "grp_"+suffix, "mem_"+suffix
 			t.Cleanup(func() {
@@ -260,6 +256,14 @@ func TestPrivilegeEpochFollowsRoleChanges(t *testing.T) {
 			// Roles created plainly change nobody's privileges: not read.
 			mustExec(t, c, "CREATE ROLE "+grp+" NOLOGIN")
 			mustExec(t, c, "CREATE ROLE "+mem+" NOLOGIN")
+			mustExec(t, c, "CREATE SEQUENCE ps")
+			s := newService(t, url, 0, nil)
+			s.PrivilegeEpoch(db)
+			e := waitPrivs(t, s, db, "a first epoch", func(e uint64) bool { return e != 0 })
+			if triggers {
+				waitEpoch(t, s, db, "arming", func(e uint64) bool { return e != 0 })
+				e = s.PrivilegeEpoch(db)
+			}
 			stmts := []string{
 				"GRANT " + grp + " TO " + mem,
 				"REVOKE " + grp + " FROM " + mem,
@@ -272,7 +276,6 @@ func TestPrivilegeEpochFollowsRoleChanges(t *testing.T) {
 			// announced (where the triggers exist): sessions may have
 			// cached that state, so it must move the epoch again. The rest
 			// is DDL, announced where the triggers exist.
-			mustExec(t, c, "CREATE SEQUENCE ps")
 			stmts = append(stmts,
 				"ALTER SEQUENCE ps OWNER TO "+mem,
 				"REASSIGN OWNED BY "+mem+" TO CURRENT_USER",
