@@ -102,24 +102,33 @@ type catalogWatch struct {
 	nextPoll    time.Time
 }
 
-// CatalogEpoch implements wire.Snowflakes: the current catalog epoch of
-// database, 0 when DDL made elsewhere cannot be seen there (see above). The
-// first call for a database starts its watch and returns 0. It does not
-// block: one map lookup and one atomic load.
-func (s *Service) CatalogEpoch(database string) uint64 {
-	if v, ok := s.watches.Load(database); ok {
-		w := v.(*catalogWatch)
-		e := w.cur.Load()
-		if e == 0 {
-			select {
-			case w.nudge <- struct{}{}:
-			default:
-			}
-		}
-		return e
+// CatalogEpochs implements wire.Snowflakes: the current catalog epoch of
+// database, 0 when DDL made elsewhere cannot be seen there (see above),
+// and its privilege epoch (privilege_epoch.go). The first call for a
+// database starts its watch and returns zeros. It does not block: one map
+// lookup and two atomic loads, the catalog epoch first (the watch moves
+// the privilege epoch first).
+func (s *Service) CatalogEpochs(database string) (catalog, privilege uint64) {
+	v, ok := s.watches.Load(database)
+	if !ok {
+		s.startWatch(database)
+		return 0, 0
 	}
-	s.startWatch(database)
-	return 0
+	w := v.(*catalogWatch)
+	catalog = w.cur.Load()
+	if catalog == 0 {
+		select {
+		case w.nudge <- struct{}{}:
+		default:
+		}
+	}
+	return catalog, w.privs.Load()
+}
+
+// CatalogEpoch is the catalog epoch of CatalogEpochs.
+func (s *Service) CatalogEpoch(database string) uint64 {
+	catalog, _ := s.CatalogEpochs(database)
+	return catalog
 }
 
 // CatalogWatches returns, for each database whose watch was started (at

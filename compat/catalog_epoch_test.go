@@ -258,11 +258,11 @@ func TestPrivilegeEpochFollowsRoleChanges(t *testing.T) {
 			mustExec(t, c, "CREATE ROLE "+mem+" NOLOGIN")
 			mustExec(t, c, "CREATE SEQUENCE ps")
 			s := newService(t, url, 0, nil)
-			s.PrivilegeEpoch(db)
+			s.CatalogEpochs(db)
 			e := waitPrivs(t, s, db, "a first epoch", func(e uint64) bool { return e != 0 })
 			if triggers {
 				waitEpoch(t, s, db, "arming", func(e uint64) bool { return e != 0 })
-				e = s.PrivilegeEpoch(db)
+				_, e = s.CatalogEpochs(db)
 			}
 			stmts := []string{
 				"GRANT " + grp + " TO " + mem,
@@ -294,21 +294,19 @@ func TestPrivilegeEpochFollowsRoleChanges(t *testing.T) {
 	}
 }
 
-// waitPrivs polls PrivilegeEpoch until ok accepts it. It calls
-// CatalogEpoch too, as a session's INSERT does: in a database without the
-// event triggers that nudges the watch every time, which must not keep
-// it from reading the privileges (regression: the reading was put off at
-// every nudge).
+// waitPrivs polls the privilege epoch of CatalogEpochs until ok accepts
+// it. As a session's INSERT, the call nudges a watch without the event
+// triggers every time, which must not keep it from reading the privileges
+// (regression: the reading was put off at every nudge).
 func waitPrivs(t *testing.T, s *Service, db string, what string, ok func(uint64) bool) uint64 {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		s.CatalogEpoch(db)
-		if e := s.PrivilegeEpoch(db); ok(e) {
+		if _, e := s.CatalogEpochs(db); ok(e) {
 			return e
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("privilege epoch of %s: %s did not happen within 15s (now %d)", db, what, s.PrivilegeEpoch(db))
+			t.Fatalf("privilege epoch of %s: %s did not happen within 15s", db, what)
 		}
 		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
 	}

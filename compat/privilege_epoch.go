@@ -54,18 +54,6 @@ const privilegesSQL = `SELECT
 		|| n.nspowner::pg_catalog.text || ':' || coalesce(n.nspacl::pg_catalog.text, '')))::pg_catalog.text, '')
 	FROM pg_catalog.pg_namespace n)`
 
-// PrivilegeEpoch implements wire.Snowflakes: the privilege epoch of
-// database, 0 when changes cannot be seen there (see above). The first
-// call for a database starts its watch and returns 0. It does not block:
-// one map lookup and one atomic load.
-func (s *Service) PrivilegeEpoch(database string) uint64 {
-	if v, ok := s.watches.Load(database); ok {
-		return v.(*catalogWatch).privs.Load()
-	}
-	s.startWatch(database)
-	return 0
-}
-
 // waitPolling waits for up to d as wait does (an unarmed watch also for a
 // nudge), reading the privileges' fingerprint whenever epochPrivilegePoll
 // has passed since the last reading, and moving the privilege epoch when

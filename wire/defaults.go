@@ -55,8 +55,7 @@ func (m *mirror) dropRels() {
 // catalog epoch.
 func (p *clientPump) checkEpoch() uint64 {
 	m := &p.mirror
-	e := p.cfg.Snowflakes.CatalogEpoch(p.db)
-	pe := p.cfg.Snowflakes.PrivilegeEpoch(p.db)
+	e, pe := p.cfg.Snowflakes.CatalogEpochs(p.db)
 	if e != m.relEpoch || pe != m.privEpoch {
 		m.dropRels()
 		clear(m.seqs)

@@ -178,8 +178,9 @@
 // call (an unfilled one renders as DEFAULT, or in the extended protocol
 // as COALESCE($n, snowflake.nextval(<that default's sequence>))). The
 // session caches what it learned until its search_path, role or catalog
-// may have changed, or Snowflakes.CatalogEpoch moves (DDL made elsewhere);
-// with epoch 0 defaults stay with the server. A named prepared INSERT whose
+// may have changed, or an epoch of Snowflakes.CatalogEpochs moves (DDL or
+// a role's privileges changed elsewhere); with catalog epoch 0 defaults
+// stay with the server. A named prepared INSERT whose
 // defaults changed is prepared again, transparently, at its next Bind.
 //
 // # COPY FROM STDIN (copyin.go, copyopts.go, copyerr.go, pgcopy)

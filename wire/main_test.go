@@ -155,12 +155,11 @@ func (f *fakeSnowflakes) TryNextvalBatch(db string, node int, reqs []generator.R
 	return err == nil, err
 }
 
-// CatalogEpoch reports epoch (0 until a test sets it: defaults stay with
-// the server).
-func (f *fakeSnowflakes) CatalogEpoch(db string) uint64 { return f.epoch.Load() }
-
-// PrivilegeEpoch reports privs (0 until a test sets it).
-func (f *fakeSnowflakes) PrivilegeEpoch(db string) uint64 { return f.privs.Load() }
+// CatalogEpochs reports epoch and privs (0 until a test sets them:
+// defaults stay with the server).
+func (f *fakeSnowflakes) CatalogEpochs(db string) (uint64, uint64) {
+	return f.epoch.Load(), f.privs.Load()
+}
 
 // FenceTicket counts fences; the fake's IDs only grow, so nothing else is
 // needed.

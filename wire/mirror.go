@@ -37,8 +37,8 @@ type mirror struct {
 	isolation string                        // transaction_isolation at the last refresh
 	rels      map[string]relInfo            // target regclass text -> its snowflake defaults
 	tmpls     map[*plan.Plan]*plan.Template // built INSERT templates, valid while rels is
-	relEpoch  uint64                        // Snowflakes.CatalogEpoch when rels was started
-	privEpoch uint64                        // Snowflakes.PrivilegeEpoch when rels and seqs were started
+	relEpoch  uint64                        // Snowflakes.CatalogEpochs when rels was started
+	privEpoch uint64                        // the privilege epoch (Snowflakes.CatalogEpochs) when rels and seqs were started
 	relsTx    bool                          // rels has skip entries of the current transaction
 	gen       uint64                        // counts dropRels: prepared INSERTs compare it
 }

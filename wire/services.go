@@ -51,20 +51,16 @@ type Snowflakes interface {
 	// ExtensionSQL returns one SQL statement (a DO block) that performs the
 	// extension statement op in the client's own session and transaction.
 	ExtensionSQL(op plan.SlotOp, opts *plan.ExtensionOptions) (string, error)
-	// CatalogEpoch returns a number that changes whenever the catalog of
-	// database may have changed by DDL made anywhere (another session,
-	// another proxy, a direct connection), or 0 when such changes cannot
-	// be seen there. Sessions compare it with the value their catalog
-	// caches were built at, on every INSERT: it must be cheap (an atomic
-	// load) and must not block. With 0, column defaults are left to the
-	// server (defaults.go).
-	CatalogEpoch(database string) uint64
-	// PrivilegeEpoch returns a value that moves whenever what roles may
-	// use may have changed in database, announced or not (a role's
-	// membership revoked), or 0 when such changes cannot be seen there.
-	// Sessions compare it with the value their caches were built at, with
-	// CatalogEpoch: it must be as cheap and must not block.
-	PrivilegeEpoch(database string) uint64
+	// CatalogEpochs returns two numbers for database. catalog changes
+	// whenever its catalog may have changed by DDL made anywhere (another
+	// session, another proxy, a direct connection), or is 0 when such
+	// changes cannot be seen there; with 0, column defaults are left to
+	// the server (defaults.go). privilege moves whenever what roles may
+	// use may have changed there, announced or not (a role's membership
+	// revoked), or is 0 when such changes cannot be seen. Sessions compare
+	// them with the values their caches were built at, on every INSERT:
+	// it must be cheap (a map lookup and atomic loads) and must not block.
+	CatalogEpochs(database string) (catalog, privilege uint64)
 	// FenceTicket returns a ticket for the requests of one session
 	// (generator.Request.After): their IDs continue above every ID issued
 	// before it by other paths (the server's shim, setval, ALTER
