@@ -28,7 +28,11 @@ import (
 //     docs/state-model.md, "Blocks");
 //   - perrow: SELECT count(DISTINCT snowflake.nextval()) over
 //     generate_series against the same with a native nextval, through the
-//     proxy and directly.
+//     proxy and directly;
+//   - single: rows/50 INSERTs of one row into the same two tables, one
+//     statement per transaction in the simple protocol, through the proxy
+//     and directly: on a direct connection the server plans the default
+//     for every statement, which a statement of many rows hides.
 //
 // Each round runs every case of both tables, interleaved, from an emptied
 // table after a CHECKPOINT; the report is the median of the rounds and
@@ -41,7 +45,7 @@ import (
 // EXTENSION snowflake, sent directly, loads the C extension: the
 // yardstick, in the same run.
 //
-//	go run ./bench bulk [-rows 1000000] [-rounds 3] [-only copy,insert,perrow] [-pgbin DIR]
+//	go run ./bench bulk [-rows 1000000] [-rounds 3] [-only copy,insert,perrow,single] [-pgbin DIR]
 
 // bulkTimeout bounds one COPY.
 const bulkTimeout = 10 * time.Minute
@@ -50,7 +54,7 @@ func runBulk(args []string) int {
 	fs := flag.NewFlagSet("bench bulk", flag.ContinueOnError)
 	rows := fs.Int("rows", 1_000_000, "rows per COPY")
 	rounds := fs.Int("rounds", 3, "measurements per format and table (median reported)")
-	only := fs.String("only", "copy,insert,perrow", "comma-separated parts to run: copy, insert, perrow")
+	only := fs.String("only", "copy,insert,perrow,single", "comma-separated parts to run: copy, insert, perrow, single")
 	pgbin := fs.String("pgbin", "", "server binaries of a PostgreSQL tree with pgEdge's snowflake extension installed: also measure the C extension")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -62,7 +66,7 @@ func runBulk(args []string) int {
 	parts := map[string]bool{}
 	for _, p := range strings.Split(*only, ",") {
 		switch p = strings.TrimSpace(p); p {
-		case "copy", "insert", "perrow":
+		case "copy", "insert", "perrow", "single":
 			parts[p] = true
 		default:
 			fmt.Fprintf(os.Stderr, "bench bulk: unknown part %q in -only\n", p)
@@ -214,13 +218,13 @@ func measureBulk(ctx context.Context, rows, rounds int, parts map[string]bool, p
 		}
 	}
 	var ext *pgx.Conn
-	if pgbin != "" && (parts["insert"] || parts["perrow"]) {
+	if pgbin != "" && (parts["insert"] || parts["perrow"] || parts["single"]) {
 		if ext, err = extensionDB(ctx, direct, srv.Port()); err != nil {
 			return err
 		}
 		defer ext.Close(context.Background())
 	}
-	if parts["insert"] || parts["perrow"] {
+	if parts["insert"] || parts["perrow"] || parts["single"] {
 		if err := measureServerRows(ctx, conn, direct, ext, rows, rounds, parts); err != nil {
 			return err
 		}

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// serverRowsCase is one statement of the insert and perrow parts, on a
-// snowflake sequence and on its native baseline.
+// serverRowsCase is one statement of the insert, perrow and single parts,
+// on a snowflake sequence and on its native baseline.
 type serverRowsCase struct {
 	part, name string
 	// sf and native are the statements (%d: the row count); table, when
@@ -30,7 +30,16 @@ var serverRowsCases = []serverRowsCase{
 		sf:     "SELECT count(DISTINCT snowflake.nextval()) FROM generate_series(1, %d)",
 		native: "SELECT count(DISTINCT nextval('b_native')) FROM generate_series(1, %d)",
 	},
+	{
+		part: "single", name: "single-row INSERTs",
+		sf:      "INSERT INTO b_sf (v, s) VALUES (1, 'row')",
+		native:  "INSERT INTO b_serial (v, s) VALUES (1, 'row')",
+		sfTable: "b_sf", natTable: "b_serial",
+	},
 }
+
+// singleStatements is how many statements the single part runs for rows.
+func singleStatements(rows int) int { return max(rows/50, 1) }
 
 // rowsPath is where a statement runs: conn, whose tables admin empties
 // (the proxy's tables are those of the direct connection's database).
@@ -39,7 +48,7 @@ type rowsPath struct {
 	conn, admin *pgx.Conn
 }
 
-// measureServerRows runs the insert and perrow parts through the proxy
+// measureServerRows runs the insert, perrow and single parts through the proxy
 // (conn), on the direct connection and, when ext is not nil, on the C
 // extension's database, and prints their medians.
 func measureServerRows(ctx context.Context, conn, direct, ext *pgx.Conn, rows, rounds int, parts map[string]bool) error {
@@ -72,7 +81,11 @@ func measureServerRows(ctx context.Context, conn, direct, ext *pgx.Conn, rows, r
 							return err
 						}
 					}
-					d, err := timeRows(ctx, p.conn, fmt.Sprintf(side.sql, rows), c.part, rows)
+					sql := side.sql
+					if c.part != "single" {
+						sql = fmt.Sprintf(sql, rows)
+					}
+					d, err := timeRows(ctx, p.conn, sql, c.part, rows)
 					if err != nil {
 						return fmt.Errorf("%s %s %s: %w", c.name, p.name, side.kind, err)
 					}
@@ -83,7 +96,7 @@ func measureServerRows(ctx context.Context, conn, direct, ext *pgx.Conn, rows, r
 			}
 		}
 	}
-	fmt.Printf("\nRows evaluated by the server, %d rows, median of %d\n\n", rows, rounds)
+	fmt.Printf("\nRows evaluated by the server, %d rows (single: %d statements), median of %d\n\n", rows, singleStatements(rows), rounds)
 	fmt.Println("| statement | path | snowflake | baseline | ratio |")
 	fmt.Println("|---|---|--:|--:|--:|")
 	for _, c := range serverRowsCases {
@@ -105,13 +118,23 @@ func measureServerRows(ctx context.Context, conn, direct, ext *pgx.Conn, rows, r
 }
 
 // timeRows times one statement and checks that it made rows rows (an
-// INSERT's tag, a count's value).
+// INSERT's tag, a count's value); for the single part, the statements of
+// one row each.
 func timeRows(ctx context.Context, conn *pgx.Conn, sql, part string, rows int) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, bulkTimeout)
 	defer cancel()
 	start := time.Now()
 	var got int64
-	if part == "insert" {
+	if part == "single" {
+		rows = singleStatements(rows)
+		for range rows {
+			tag, err := conn.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
+			if err != nil {
+				return 0, err
+			}
+			got += tag.RowsAffected()
+		}
+	} else if part == "insert" {
 		tag, err := conn.Exec(ctx, sql)
 		if err != nil {
 			return 0, err
