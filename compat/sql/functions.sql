@@ -500,14 +500,22 @@ $fn$;
 -- IMMUTABLE on purpose: with a constant argument (a column default, a
 -- literal) the planner evaluates them once and the plan holds the two
 -- relations, which makes it depend on them; a plan made before they
--- existed keeps NULL and the slow path until it is made again.
+-- existed keeps NULL and the slow path until it is made again. PL/pgSQL,
+-- not SQL: the planner folds a call by running it, and a SQL function run
+-- that way is parsed and planned again at every call (five per planning
+-- of an inlined nextval), where PL/pgSQL keeps its compiled body in the
+-- session. Every name in the body is qualified, as in an inlined one.
 CREATE OR REPLACE FUNCTION snowflake._blk(regclass) RETURNS regclass
-LANGUAGE sql IMMUTABLE STRICT
-AS $fn$SELECT pg_catalog.to_regclass('snowflake._blk_' OPERATOR(pg_catalog.||) $1::pg_catalog.oid::pg_catalog.text)$fn$;
+LANGUAGE plpgsql IMMUTABLE STRICT
+AS $fn$BEGIN
+    RETURN pg_catalog.to_regclass('snowflake._blk_' OPERATOR(pg_catalog.||) $1::pg_catalog.oid::pg_catalog.text);
+END$fn$;
 
 CREATE OR REPLACE FUNCTION snowflake._blkd(regclass) RETURNS regclass
-LANGUAGE sql IMMUTABLE STRICT
-AS $fn$SELECT pg_catalog.to_regclass('snowflake._blkd_' OPERATOR(pg_catalog.||) $1::pg_catalog.oid::pg_catalog.text)$fn$;
+LANGUAGE plpgsql IMMUTABLE STRICT
+AS $fn$BEGIN
+    RETURN pg_catalog.to_regclass('snowflake._blkd_' OPERATOR(pg_catalog.||) $1::pg_catalog.oid::pg_catalog.text);
+END$fn$;
 
 -- _now_ms was the clock of an earlier nextval; the clock test is now the
 -- comparison with to_timestamp below, which costs less per call than
