@@ -36,7 +36,7 @@ func mustSimple(t testing.TB, conn *pgx.Conn, sql string) pgconn.CommandTag {
 // made by the proxy whose text is LIKE pattern. The text is the client's
 // with the snowflake columns added as parameters: "INSERT INTO orders
 // (note) VALUES ('a')" is prepared as "INSERT INTO orders (note, id)
-// VALUES ('a', COALESCE($1::int8, ...))". The query runs in the simple
+// VALUES ('a', $1::int8)". The query runs in the simple
 // protocol: it works after DISCARD ALL, which drops pgx's statement cache.
 func proxyStatements(t testing.TB, conn *pgx.Conn, pattern string) []string {
 	t.Helper()
@@ -75,7 +75,9 @@ func TestSimpleInsertRunsPrepared(t *testing.T) {
 	if n != 0 {
 		t.Errorf("the server ran snowflake.nextval %d times, want 0", n)
 	}
-	if got := proxyStatements(t, conn, `INSERT INTO orders (note, id) VALUES ('a', COALESCE($1::int8, %`); len(got) != 1 {
+	// Every execution binds its IDs: no fallback call of the shim, which
+	// the server would set up at every execution.
+	if got := proxyStatements(t, conn, `INSERT INTO orders (note, id) VALUES ('a', $1::int8)`); len(got) != 1 {
 		t.Fatalf("prepared statements for the INSERT: %q, want one", got)
 	}
 	ids := mustInt64s(t, conn, "SELECT id FROM orders WHERE note = 'a' ORDER BY id")

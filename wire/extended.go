@@ -28,6 +28,18 @@ type stmtRec struct {
 	// ParseComplete. Shared state, touched only under shared.mu: the
 	// server pump sets it through the Parse's owed entry.
 	parsed parseConfirm
+	// bound: every execution binds a value to each Nextval slot (a
+	// statement the proxy prepared, simpleprep.go), so the template
+	// renders without the shim's fallback (plan.Template.RenderBound).
+	bound bool
+}
+
+// rendering is how the record's template is rendered in its Parse.
+func (rec *stmtRec) rendering() plan.Rendering {
+	if rec.bound {
+		return plan.BoundParams
+	}
+	return plan.Params
 }
 
 func (p *clientPump) stmt(name []byte) *stmtRec {
@@ -113,7 +125,7 @@ func (p *clientPump) parse() error {
 	}
 	p.out = p.appendParse(p.out[:0], name, rec, msg.Types())
 	p.cr.consume()
-	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, true), confirm: &rec.parsed})
+	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, rec.rendering()), confirm: &rec.parsed})
 	_, err = p.sw.Write(p.out)
 	return err
 }
@@ -135,7 +147,7 @@ func (rec *stmtRec) setTemplate(t *plan.Template) {
 // for each injected parameter.
 func (p *clientPump) appendParse(dst, name []byte, rec *stmtRec, types []byte) []byte {
 	dst, start := pgmsg.BeginParse(dst, name)
-	dst = rec.t.RenderParams(dst, rec.base, p.vals)
+	dst = rec.t.Render(dst, rec.rendering(), rec.base, p.vals)
 	dst = pgmsg.EndParseText(dst, rec.base+rec.ids)
 	dst = append(dst, types...)
 	for i := len(types) / 4; i < rec.base; i++ {

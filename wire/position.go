@@ -15,13 +15,13 @@ type posMap struct {
 	t      *plan.Template
 	vals   []plan.Value
 	base   int
-	params bool
+	render plan.Rendering
 }
 
 // newPosMap copies vals: the client pump reuses its slice for the next
 // message while the server may still answer this one.
-func newPosMap(t *plan.Template, vals []plan.Value, base int, params bool) *posMap {
-	return &posMap{t: t, vals: append([]plan.Value(nil), vals...), base: base, params: params}
+func newPosMap(t *plan.Template, vals []plan.Value, base int, r plan.Rendering) *posMap {
+	return &posMap{t: t, vals: append([]plan.Value(nil), vals...), base: base, render: r}
 }
 
 // fixPosition returns the body of an ErrorResponse or NoticeResponse (its
@@ -38,7 +38,7 @@ func (m *posMap) fixPosition(fields pgmsg.Fields) ([]byte, bool) {
 	if err != nil {
 		return nil, false
 	}
-	src := m.t.SourcePos(pos, m.vals, m.base, m.params)
+	src := m.t.SourcePos(pos, m.vals, m.base, m.render)
 	if src == 0 || src == pos {
 		return nil, false
 	}

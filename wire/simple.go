@@ -79,7 +79,7 @@ func (p *clientPump) query() error {
 	p.out, start = pgmsg.BeginQuery(p.out[:0])
 	p.out = t.RenderLiteral(p.out, p.vals)
 	p.out = pgmsg.FinishQuery(p.out, start)
-	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, false)})
+	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, plan.Literals)})
 	p.forwardedQuery(pl)
 	_, err = p.sw.Write(p.out)
 	return err

@@ -87,7 +87,7 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	if safe, status := p.state(); !safe || status == 'E' {
 		return false, nil
 	}
-	p.text = t.RenderParams(p.text[:0], 0, p.vals)
+	p.text = t.RenderBound(p.text[:0], 0, p.vals)
 	pq := p.prepared[string(p.text)]
 	if pq == nil {
 		if pq = p.secondUse(); pq == nil {
@@ -97,7 +97,7 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	// At a safe point the server pump has popped every entry, the one that
 	// set parsed included: the answer is final.
 	parsed := p.sh.confirmed(&pq.rec.parsed)
-	pm := newPosMap(t, p.vals, 0, true)
+	pm := newPosMap(t, p.vals, 0, plan.BoundParams)
 	p.out = p.out[:0]
 	ids := t.IDSlots()
 	if !parsed {
@@ -145,7 +145,7 @@ func (p *clientPump) secondUse() *preparedQuery {
 	}
 	name := append([]byte(preparedQueryPrefix), p.srv.stmtTag...)
 	name = append(name, '.')
-	pq := &preparedQuery{name: strconv.AppendUint(name, p.srv.stmtSeq.Add(1), 10)}
+	pq := &preparedQuery{name: strconv.AppendUint(name, p.srv.stmtSeq.Add(1), 10), rec: stmtRec{bound: true}}
 	p.prepared[string(p.text)] = pq
 	return pq
 }

@@ -230,11 +230,46 @@ func (t *Template) RenderLiteral(dst []byte, vals []Value) []byte {
 	return dst
 }
 
+// Rendering is how a template's ID slots are written.
+type Rendering uint8
+
+const (
+	Literals    Rendering = iota // RenderLiteral
+	Params                       // RenderParams
+	BoundParams                  // RenderBound
+)
+
+// Render renders the template as r says.
+func (t *Template) Render(dst []byte, r Rendering, base int, vals []Value) []byte {
+	switch r {
+	case Params:
+		return t.renderParams(dst, base, vals, false)
+	case BoundParams:
+		return t.renderParams(dst, base, vals, true)
+	default:
+		return t.RenderLiteral(dst, vals)
+	}
+}
+
 // RenderParams appends the template to dst with each ID slot replaced by a
 // parameter $base+1, $base+2, ... in slot order (extended protocol); base is
 // the number of parameters of the client's statement. Extension slots take
 // vals[i].Text (vals may be nil when the template has none).
 func (t *Template) RenderParams(dst []byte, base int, vals []Value) []byte {
+	return t.renderParams(dst, base, vals, false)
+}
+
+// RenderBound is RenderParams for a statement every execution of which
+// binds a value to each Nextval slot (a simple-protocol INSERT the proxy
+// prepares only when it generated every ID): the slot is the parameter
+// alone. The server then sets up no fallback call per execution, which
+// for the inlined snowflake.nextval costs more than the rest of a small
+// INSERT's expressions.
+func (t *Template) RenderBound(dst []byte, base int, vals []Value) []byte {
+	return t.renderParams(dst, base, vals, true)
+}
+
+func (t *Template) renderParams(dst []byte, base int, vals []Value, bound bool) []byte {
 	n := base
 	for i, p := range t.Parts {
 		dst = append(dst, p...)
@@ -244,9 +279,15 @@ func (t *Template) RenderParams(dst []byte, base int, vals []Value) []byte {
 		s := &t.Slots[i]
 		switch s.Op {
 		case Nextval:
+			n++
+			if bound {
+				dst = append(dst, '$')
+				dst = strconv.AppendInt(dst, int64(n), 10)
+				dst = append(dst, "::int8"...)
+				break
+			}
 			// A NULL bind value (no fast-path value for this execution)
 			// lets the server's shim issue the ID.
-			n++
 			dst = append(dst, "COALESCE($"...)
 			dst = strconv.AppendInt(dst, int64(n), 10)
 			dst = append(dst, "::int8, "+NextvalFunc+"("...)

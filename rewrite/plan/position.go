@@ -24,7 +24,7 @@ type srcSlot struct{ start, arg int }
 // replaced call maps to the start of the call, or into its argument when it
 // falls there (a missing sequence is reported at the argument). It returns
 // 0 when pos lies outside the template (the caller then drops the field).
-func (t *Template) SourcePos(pos int, vals []Value, base int, params bool) int {
+func (t *Template) SourcePos(pos int, vals []Value, base int, r Rendering) int {
 	if t.spans == nil || pos < 1 {
 		return 0
 	}
@@ -45,7 +45,7 @@ func (t *Template) SourcePos(pos int, vals []Value, base int, params bool) int {
 		if i == len(t.Slots) {
 			break
 		}
-		text := t.slotText(i, vals, params, &n)
+		text := t.slotText(i, vals, r, &n)
 		c := utf8.RuneCountInString(text)
 		if at < c {
 			ss := t.slotSrc[i]
@@ -65,19 +65,16 @@ func (t *Template) SourcePos(pos int, vals []Value, base int, params bool) int {
 }
 
 // slotText renders slot i alone, as the whole template renders it; n counts
-// the parameters numbered so far (RenderParams).
-func (t *Template) slotText(i int, vals []Value, params bool, n *int) string {
+// the parameters numbered so far.
+func (t *Template) slotText(i int, vals []Value, r Rendering, n *int) string {
 	one := Template{Parts: []string{"", ""}, Slots: t.Slots[i : i+1]}
 	var v []Value
 	if vals != nil {
 		v = vals[i : i+1]
 	}
-	if params {
-		out := one.RenderParams(nil, *n, v)
-		if t.Slots[i].Op.IsID() {
-			*n++
-		}
-		return string(out)
+	out := one.Render(nil, r, *n, v)
+	if r != Literals && t.Slots[i].Op.IsID() {
+		*n++
 	}
-	return string(one.RenderLiteral(nil, v))
+	return string(out)
 }
