@@ -212,7 +212,10 @@
 // and Sync of a statement named by the proxy; the server pump swallows
 // ParseComplete and BindComplete (owedHiddenParse, owedHiddenBind), so the
 // client gets the Query's response. The server then plans the INSERT once
-// per session instead of once per execution. Not behind a connection
+// per session instead of once per execution. Every ID is bound (the path
+// is taken only when the proxy generated them all), so the text has the
+// parameters alone (plan.Template.RenderBound), not the fallback call a
+// client's Parse gets. Not behind a connection
 // pooler, which may run the next transaction on another server connection:
 // a session is behind one when pg_backend_pid(), read by the mirror query,
 // is not the pid of its BackendKeyData.

@@ -27,7 +27,10 @@ import (
 //   - at a safe point (nothing outstanding: Sync then answers this Query
 //     alone) outside a failed transaction;
 //   - with every ID generated (an unfilled default renders as DEFAULT in
-//     the Query, which the parameter text cannot say);
+//     the Query, which the parameter text cannot say); the text therefore
+//     has each ID as the parameter alone (plan.Template.RenderBound),
+//     without the shim's fallback that the server would set up at every
+//     execution;
 //   - without an unnamed statement on the server, which a Query would have
 //     destroyed and Bind does not.
 //
