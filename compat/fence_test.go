@@ -10,7 +10,7 @@ import (
 
 // Regression (equivalence suite, currval.sql): a shim nextval in the middle
 // of a lease issues above the lease, and the fast path then went on issuing
-// below it, so one session saw its IDs go backwards. After a Fence the next
+// below it, so one session saw its IDs go backwards. After a fence the next
 // fast-path ID is above the shim's.
 func TestFenceAfterShimIssuance(t *testing.T) {
 	url := newDB(t)
@@ -31,8 +31,7 @@ func TestFenceAfterShimIssuance(t *testing.T) {
 		if shim <= fast {
 			t.Fatalf("shim %d not above fast %d", shim, fast)
 		}
-		svc.Fence(db, 0)
-		after, err := nextvalVia(ctx, svc, db, oid, 5)
+		after, err := nextvalAfter(ctx, svc, db, oid, 5, svc.FenceTicket())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +43,7 @@ func TestFenceAfterShimIssuance(t *testing.T) {
 
 // Regression (equivalence suite, increment.sql): setval to a future
 // snowflake was ignored by the fast path while it held a lease; the pgEdge
-// rule continues above it. After a Fence the next lease starts above the
+// rule continues above it. After a fence the next lease starts above the
 // sequence's last_value.
 func TestFenceHonorsSetval(t *testing.T) {
 	url := newDB(t)
@@ -62,8 +61,7 @@ func TestFenceHonorsSetval(t *testing.T) {
 	ms, _, _ := generator.Decompose(first)
 	future := generator.Compose(ms+3_600_000, 5, 3995) // an hour ahead
 	mustExec(t, c, "SELECT setval('s', $1)", future)
-	svc.Fence(db, 0)
-	next, err := nextvalVia(ctx, svc, db, oid, 5)
+	next, err := nextvalAfter(ctx, svc, db, oid, 5, svc.FenceTicket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +69,7 @@ func TestFenceHonorsSetval(t *testing.T) {
 		t.Fatalf("after setval(%d) the fast path gave %d", future, next)
 	}
 	// A later fence continues from there.
-	svc.Fence(db, 0)
-	again, err := nextvalVia(ctx, svc, db, oid, 5)
+	again, err := nextvalAfter(ctx, svc, db, oid, 5, svc.FenceTicket())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,14 @@ func compose(ms int64, node, count int) int64 { return ms<<22 | int64(node)<<12 
 // nextvalVia issues one fast-path ID through svc, as a session does for a
 // statement with one call, with INCREMENT 1.
 func nextvalVia(ctx context.Context, svc *Service, database string, seq uint32, node int) (int64, error) {
-	reqs := []generator.Request{{Seq: seq, Inc: 1}}
+	return nextvalAfter(ctx, svc, database, seq, node, 0)
+}
+
+// nextvalAfter is nextvalVia for a caller that holds ticket (a session's
+// fence, Service.FenceTicket; 0: none): the ID comes from a lease taken
+// after it.
+func nextvalAfter(ctx context.Context, svc *Service, database string, seq uint32, node int, ticket uint64) (int64, error) {
+	reqs := []generator.Request{{Seq: seq, Inc: 1, After: ticket}}
 	if err := svc.NextvalBatch(ctx, database, node, reqs); err != nil {
 		return 0, err
 	}

@@ -225,16 +225,10 @@ func (s *Service) FallbackOf(err error) wire.Fallback {
 // callers that waited), for metrics.
 func (s *Service) LeaseStats() generator.LeaseStats { return s.gen.LeaseStats() }
 
-// Fence is the fence of every session (generator.Fence; the proxy's
-// sessions fence themselves alone, FenceTicket): the next fast-path ID of every
-// sequence of database (of seq only, when not 0) comes from a fresh lease,
-// which starts above the sequence's last_value: above what the shim issued
-// meanwhile, and above a setval or ALTER SEQUENCE.
-func (s *Service) Fence(database string, seq uint32) {
-	s.gen.Fence(database, seq)
-}
-
-// FenceTicket implements wire.Snowflakes (generator.FenceTicket).
+// FenceTicket implements wire.Snowflakes (generator.FenceTicket): the
+// requests that carry the ticket get IDs from a fresh lease, which starts
+// above the sequence's last_value: above what the shim issued meanwhile,
+// and above a setval or ALTER SEQUENCE.
 func (s *Service) FenceTicket() uint64 { return s.gen.FenceTicket() }
 
 // ExtensionSQL implements wire.Snowflakes; see the package-level function.

@@ -327,13 +327,14 @@ func TestLeaseAfterTheServerLostItsRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = svc.Close(ctxT(t)) })
-	issue := func() int64 {
-		reqs := []generator.Request{{Seq: oid, Inc: 4096}}
+	issueAfter := func(ticket uint64) int64 {
+		reqs := []generator.Request{{Seq: oid, Inc: 4096, After: ticket}}
 		if err := svc.NextvalBatch(ctxT(t), db, 5, reqs); err != nil {
 			t.Fatal(err)
 		}
 		return reqs[0].ID
 	}
+	issue := func() int64 { return issueAfter(0) }
 	first := issue()
 	var last int64
 	for range 3000 {
@@ -343,8 +344,7 @@ func TestLeaseAfterTheServerLostItsRecord(t *testing.T) {
 	mustExec(t, c, fmt.Sprintf("SELECT setval('snowflake._hw_%d_5', $1), setval('s', $1)", oid), first)
 	// A statement through the shim fences, so the next ID waits for a
 	// renewal that asks for no particular position.
-	svc.Fence(db, oid)
-	next := issue()
+	next := issueAfter(svc.FenceTicket())
 	if next <= last {
 		t.Fatalf("after the server lost its record the fast path gave %v, not above %v", generator.Decode(next), generator.Decode(last))
 	}

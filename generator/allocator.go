@@ -38,11 +38,6 @@ type allocator struct {
 	failUntil atomic.Int64
 	failErr   atomic.Pointer[error]
 
-	// fenceWant counts Fence calls; fenceDone is the fenceWant value seen
-	// at the start of the latest successful renewal. While they differ the
-	// allocator issues nothing from its current lease (see Generator.Fence).
-	fenceWant atomic.Uint64
-	fenceDone atomic.Uint64
 	// ticketDone is Generator.tickets as read at the start of the latest
 	// successful fenced renewal: it satisfies the tickets up to it.
 	// ticketWant is the highest ticket a caller waits for; while it is
@@ -158,11 +153,6 @@ type renewal struct {
 func (a *allocator) next(ctx context.Context, inc int64) (int64, error) {
 	// One clock read per call (it is most of the cost, see SystemClock); a CAS
 	// retry reuses it, which the rule allows: it only ever moves forward.
-	if want := a.fenceWant.Load(); want != a.fenceDone.Load() {
-		if err := a.awaitFence(ctx, want, 0); err != nil {
-			return 0, err
-		}
-	}
 	now := a.g.clock.NowMs()
 	for {
 		hi := a.hi.Load()
@@ -192,21 +182,14 @@ func (a *allocator) next(ctx context.Context, inc int64) (int64, error) {
 }
 
 // tryNext is next without waiting: ok is false when next would wait for a
-// lease (a fence pending, or the lease used up), and the renewal it would
-// wait for has been started; in fail-fast mode (failUntil) it returns
-// that error and starts nothing.
+// lease (the lease used up, or a report), and the renewal it would wait
+// for has been started; in fail-fast mode (failUntil) it returns that
+// error and starts nothing.
 //
 // Its loop repeats next's on purpose: with the loop in a function both
 // call, BenchmarkNextParallel was much slower (bench/README.md, "Figures
 // behind design choices").
 func (a *allocator) tryNext(inc int64) (int64, bool, error) {
-	if a.fenceWant.Load() != a.fenceDone.Load() {
-		if err := a.failingFast(); err != nil {
-			return 0, false, err
-		}
-		_, err := a.start(0)
-		return 0, false, err
-	}
 	now := a.g.clock.NowMs()
 	for {
 		hi := a.hi.Load()
@@ -232,12 +215,12 @@ func (a *allocator) tryNext(inc int64) (int64, bool, error) {
 	}
 }
 
-// awaitFence waits for a renewal that started after fence number want was
-// requested and after ticket was handed out (0: none), so that its lease
-// reflects everything issued before them. A renewal already in flight may
-// have asked the store too early: then another one is started.
-func (a *allocator) awaitFence(ctx context.Context, want, ticket uint64) error {
-	for a.fenceDone.Load() < want || a.ticketDone.Load() < ticket {
+// awaitTicket waits for a fenced renewal that started after ticket was
+// handed out, so that its lease reflects everything issued before it. A
+// renewal already in flight may have asked the store too early: then
+// another one is started.
+func (a *allocator) awaitTicket(ctx context.Context, ticket uint64) error {
+	for a.ticketDone.Load() < ticket {
 		a.wantTicket(ticket)
 		if err := a.await(ctx, 0); err != nil {
 			return err
@@ -246,13 +229,9 @@ func (a *allocator) awaitFence(ctx context.Context, want, ticket uint64) error {
 	return nil
 }
 
-// fencePending reports whether a caller holding ticket must wait for a
-// renewal (a Fence, or its ticket not yet satisfied), and records the
-// ticket for that renewal.
-func (a *allocator) fencePending(ticket uint64) bool {
-	if a.fenceWant.Load() != a.fenceDone.Load() {
-		return true
-	}
+// ticketPending reports whether a caller holding ticket must wait for a
+// renewal, and records the ticket for that renewal.
+func (a *allocator) ticketPending(ticket uint64) bool {
 	if ticket > a.ticketDone.Load() {
 		a.wantTicket(ticket)
 		return true
@@ -365,14 +344,12 @@ func (a *allocator) finish(r *renewal, err error) {
 // renew runs one renewal on its own goroutine and publishes the outcome.
 func (a *allocator) renew(r *renewal) {
 	defer a.g.wg.Done()
-	fence := a.fenceWant.Load()
 	ticket := a.g.tickets.Load()
 	began := a.g.clock.NowMs()
-	fenced := fence != a.fenceDone.Load() || a.ticketWant.Load() > a.ticketDone.Load()
+	fenced := a.ticketWant.Load() > a.ticketDone.Load()
 	err := a.lease(a.g.ctx, r.need, fenced)
 	a.g.stats.renewals.Add(1)
 	if err == nil {
-		raiseToU64(&a.fenceDone, fence)
 		// Only a fenced lease satisfies tickets: one that started before a
 		// caller recorded its ticket (ticketWant) was not.
 		if fenced {
@@ -395,7 +372,7 @@ func (a *allocator) renew(r *renewal) {
 
 // lease takes the next lease from the store and installs it; the lease
 // covers at least position need. Only one runs at a time per allocator
-// (start's single flight). fenced: a Fence asked for it; then, and for
+// (start's single flight). fenced: a ticket asked for it; then, and for
 // the first lease, the allocator continues above the lease's Floor.
 func (a *allocator) lease(ctx context.Context, need int64, fenced bool) error {
 	store, key := a.g.store, a.key

@@ -164,8 +164,8 @@ func (a *allocator) positions(now, last int64, reqs []Request, from int) int64 {
 // leases for minutes on a busy machine). The position reported is
 // covered, whatever the clock says by then.
 func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from int) error {
-	if a.fencePending(reqs[from].After) {
-		if err := a.awaitFence(ctx, a.fenceWant.Load(), reqs[from].After); err != nil {
+	if a.ticketPending(reqs[from].After) {
+		if err := a.awaitTicket(ctx, reqs[from].After); err != nil {
 			return err
 		}
 	}
@@ -199,7 +199,7 @@ func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from in
 // tryTake is take without waiting: ok is false when take would wait, and
 // the renewal it would wait for has been started.
 func (a *allocator) tryTake(now int64, reqs []Request, from int) (bool, error) {
-	if a.fencePending(reqs[from].After) {
+	if a.ticketPending(reqs[from].After) {
 		return false, a.startFor(0)
 	}
 	for {
@@ -227,7 +227,7 @@ func (a *allocator) tryTake(now int64, reqs []Request, from int) (bool, error) {
 // without waiting; when not, it starts the renewal that would be waited
 // for (unless failing fast, whose error it returns).
 func (a *allocator) ready(now int64, reqs []Request, from int) (bool, error) {
-	if a.fencePending(reqs[from].After) {
+	if a.ticketPending(reqs[from].After) {
 		return false, a.startFor(0)
 	}
 	hi := a.hi.Load()

@@ -191,15 +191,18 @@ func TestTryNextBatchIssuesAllOrNothing(t *testing.T) {
 	wantPos(t, single[0].ID, 109, 0)
 }
 
-// A pending fence makes a batch wait for the renewal, which puts it above
-// what other issuers gave meanwhile.
+// A pending fence (a ticket the batch carries) makes a batch wait for the
+// renewal, which puts it above what other issuers gave meanwhile.
 func TestBatchWaitsForFence(t *testing.T) {
 	s := NewMemStore()
 	g, _ := newTestGen(t, s)
 	mustNext(t, g, testKey)
 	foreign := s.IssueForeign(testKey)
-	g.Fence(testKey.Database, 0)
+	ticket := g.FenceTicket()
 	reqs := batch(testKey.Seq, 1, 2)
+	for i := range reqs {
+		reqs[i].After = ticket
+	}
 	if ok, _ := g.TryNextBatch(testKey.Database, testKey.Node, reqs); ok {
 		t.Fatal("TryNextBatch issued with a fence pending")
 	}

@@ -163,28 +163,15 @@ func (g *Generator) TryNext(key Key, inc int64) (id int64, ok bool, err error) {
 	}
 }
 
-// Fence makes the next Next of every Key of database (of sequence seq only,
-// when seq is not 0) wait for a lease renewal that starts after this call.
-// The store's high-water then reflects every position issued before the
-// fence by other issuers (the SQL shim, an explicit setval), and the
-// allocator continues above them: a session that had IDs issued by the shim
-// gets larger IDs from the fast path afterwards, as the pgEdge rule gives.
-// It never blocks; Keys without an allocator yet need nothing.
-func (g *Generator) Fence(database string, seq uint32) {
-	for _, a := range g.allocs.Load().all {
-		if a.key.Database == database && (seq == 0 || a.key.Seq == seq) {
-			a.fenceWant.Add(1)
-		}
-	}
-}
-
-// FenceTicket is Fence for one caller: IDs of requests that carry the
-// ticket (Request.After) come from a lease taken after this call, and
-// other callers go on from the current lease. A session that had IDs
-// issued by the shim needs larger IDs from the fast path afterwards; other
-// sessions need nothing from it, and a fence for everyone would let any
-// session make every other one wait for a lease renewal at will. It never
-// blocks.
+// FenceTicket fences one caller: IDs of requests that carry the ticket
+// (Request.After) come from a lease taken after this call, whose store's
+// high-water then reflects every position issued before it by other
+// issuers (the SQL shim, an explicit setval), and the allocator continues
+// above them: a session that had IDs issued by the shim gets larger IDs
+// from the fast path afterwards, as the pgEdge rule gives. Other callers
+// go on from the current lease: they need nothing from it, and a fence
+// for everyone would let any session make every other one wait for a
+// lease renewal at will. It never blocks.
 func (g *Generator) FenceTicket() uint64 { return g.tickets.Add(1) }
 
 // allocator returns key's allocator, creating it (slow path).

@@ -46,6 +46,17 @@ func mustNext(t *testing.T, g *Generator, key Key) int64 {
 	return id
 }
 
+// mustNextAfter issues one ID for key in a batch that carries ticket
+// (Request.After): it comes from a lease taken after the ticket.
+func mustNextAfter(t *testing.T, g *Generator, key Key, ticket uint64) int64 {
+	t.Helper()
+	reqs := []Request{{Seq: key.Seq, Inc: 1, After: ticket}}
+	if err := g.NextBatch(context.Background(), key.Database, key.Node, reqs); err != nil {
+		t.Fatalf("NextBatch after ticket %d: %v", ticket, err)
+	}
+	return reqs[0].ID
+}
+
 func wantPos(t *testing.T, id int64, ms int64, count int) {
 	t.Helper()
 	if got := PositionOf(id); got != Position(ms, count) {
@@ -472,11 +483,7 @@ func TestAheadOfClockReportedAgainAfterFence(t *testing.T) {
 	}
 	wantPos(t, id, 106, 0)
 	before := s.Leases()
-	g.Fence(testKey.Database, 0)
-	id, err = g.Next(context.Background(), testKey, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id = mustNextAfter(t, g, testKey, g.FenceTicket())
 	wantPos(t, id, 106, 1)
 	if s.Leases()-before != 2 || s.Issued(testKey) < Position(106, 1) {
 		t.Fatalf("after the fence: %d leases, store holds %s; want the fenced lease and one report of 106:1",
@@ -511,12 +518,7 @@ func TestCoverReportedAfterAnUnusedOne(t *testing.T) {
 	if s.Issued(testKey) != Position(106, 1) {
 		t.Fatalf("store holds %s, want the refused batch's top 106:1", posString(s.Issued(testKey)))
 	}
-	g.Fence(testKey.Database, 0)
-	id, err := g.Next(context.Background(), testKey, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantPos(t, id, 105, 2)
+	wantPos(t, mustNextAfter(t, g, testKey, g.FenceTicket()), 105, 2)
 }
 
 // Positions that each take a millisecond (INCREMENT below 1) lie ahead of

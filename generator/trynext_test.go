@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-// TryNext never waits: with no lease yet, an exhausted lease or a pending
-// fence it reports !ok and has started the renewal Next would wait for;
-// once that renewal is in, it issues exactly what Next would.
+// TryNext never waits: with no lease yet or an exhausted lease (and
+// TryNextBatch with a pending fence) it reports !ok and has started the
+// renewal Next would wait for; once that renewal is in, it issues exactly
+// what Next would.
 func TestTryNextNeverWaits(t *testing.T) {
 	s := newBlockingStore()
 	g, clock := newTestGen(t, s)
@@ -43,12 +44,13 @@ func TestTryNextNeverWaits(t *testing.T) {
 	wantPos(t, id, 200, 0)
 
 	foreign := s.IssueForeign(testKey)
-	g.Fence(testKey.Database, 0)
-	tryNot("fence pending")
+	held := []Request{{Seq: testKey.Seq, Inc: 1, After: g.FenceTicket()}}
+	if ok, err := g.TryNextBatch(testKey.Database, testKey.Node, held); ok || err != nil {
+		t.Fatalf("fence pending: TryNextBatch = %v, %v; want !ok without waiting", ok, err)
+	}
 	settle(g)
-	id, ok, _ = g.TryNext(testKey, 1)
-	if !ok || PositionOf(id) <= foreign {
-		t.Fatalf("after the fence: position %d (%v), want above foreign %d", PositionOf(id), ok, foreign)
+	if ok, _ := g.TryNextBatch(testKey.Database, testKey.Node, held); !ok || PositionOf(held[0].ID) <= foreign {
+		t.Fatalf("after the fence: position %d (%v), want above foreign %d", PositionOf(held[0].ID), ok, foreign)
 	}
 }
 

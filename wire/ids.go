@@ -194,8 +194,9 @@ const touchFence = plan.TouchShim | plan.TouchSequence
 // path require: while one still runs, no fast-path ID (FallbackShimRunning:
 // leave Nextval slots to the shim, which issues in execution order; a
 // Currval hint stays right, the shim's values being the larger ones); once
-// answered, Snowflakes.Fence, so the next fast-path ID is above theirs
-// (and, after a setval or ALTER SEQUENCE, above the sequence's last_value).
+// answered, Snowflakes.FenceTicket, so the session's next fast-path ID is
+// above theirs (and, after a setval or ALTER SEQUENCE, above the
+// sequence's last_value).
 //
 // It also refuses, with FallbackDDLInTransaction, inside a transaction
 // block that ran DDL or set a sequence: ALTER SEQUENCE, TRUNCATE ...
