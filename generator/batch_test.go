@@ -17,6 +17,14 @@ func batch(seq uint32, inc int64, n int) []Request {
 	return reqs
 }
 
+// withTicket makes every request of reqs carry ticket (Request.After).
+func withTicket(reqs []Request, ticket uint64) []Request {
+	for i := range reqs {
+		reqs[i].After = ticket
+	}
+	return reqs
+}
+
 func mustBatch(t *testing.T, g *Generator, reqs []Request) {
 	t.Helper()
 	if err := g.NextBatch(context.Background(), testKey.Database, testKey.Node, reqs); err != nil {
@@ -198,11 +206,7 @@ func TestBatchWaitsForFence(t *testing.T) {
 	g, _ := newTestGen(t, s)
 	mustNext(t, g, testKey)
 	foreign := s.IssueForeign(testKey)
-	ticket := g.FenceTicket()
-	reqs := batch(testKey.Seq, 1, 2)
-	for i := range reqs {
-		reqs[i].After = ticket
-	}
+	reqs := withTicket(batch(testKey.Seq, 1, 2), g.FenceTicket())
 	if ok, _ := g.TryNextBatch(testKey.Database, testKey.Node, reqs); ok {
 		t.Fatal("TryNextBatch issued with a fence pending")
 	}

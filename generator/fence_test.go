@@ -84,10 +84,7 @@ func TestTicketFencesItsHolderAlone(t *testing.T) {
 		t.Fatalf("leases %d -> %d: a batch without the ticket renewed the lease", before, after)
 	}
 
-	held := batch(testKey.Seq, 1, 2)
-	for i := range held {
-		held[i].After = ticket
-	}
+	held := withTicket(batch(testKey.Seq, 1, 2), ticket)
 	if ok, _ := g.TryNextBatch(testKey.Database, testKey.Node, held); ok {
 		t.Fatal("TryNextBatch issued for a ticket no lease satisfied")
 	}
