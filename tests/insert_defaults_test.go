@@ -382,3 +382,52 @@ func TestInsertDefaultsSeeDDLMadeElsewhere(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A function that sets search_path for the session (set_config(..., false)
+// in its body) changes where unqualified names resolve, unseen by the
+// proxy, which parses only the calling statement. PostgreSQL 18 reports
+// search_path (ParameterStatus), and the session drops what it resolved
+// with the old one; before, the next INSERT's default was filled from the
+// sequence of the table the old search_path named while the row went to
+// the other one, whose own sequence could later issue the same ID
+// (regression). Earlier servers do not report it (docs/compatibility.md).
+func TestInsertDefaultsFollowSearchPathSetInAFunction(t *testing.T) {
+	e := newInsertEnv(t, `
+		CREATE SCHEMA a; CREATE SCHEMA b;
+		CREATE SEQUENCE a.s; CREATE SEQUENCE b.s;
+		CREATE TABLE a.items (id bigint DEFAULT snowflake.nextval('a.s'), src text DEFAULT 'a');
+		CREATE TABLE b.items (id bigint DEFAULT snowflake.nextval('b.s'), src text DEFAULT 'b');
+		CREATE FUNCTION public.use_schema(s text) RETURNS void LANGUAGE plpgsql
+			AS $$BEGIN PERFORM set_config('search_path', s || ', public', false); END$$`)
+	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
+		conn := e.connect(t, mode)
+		if v := serverVersionNum(t, conn); v < 180000 {
+			t.Skipf("server_version_num %d: search_path is reported from PostgreSQL 18", v)
+		}
+		waitFastDefaults(t, conn, "a.items")
+		waitFastDefaults(t, conn, "b.items")
+		for _, schema := range []string{"a", "b", "a"} {
+			mustRun(t, conn, "SELECT public.use_schema('"+schema+"')")
+			var id int64
+			var src string
+			if err := conn.QueryRow(context.Background(), "INSERT INTO items (src) VALUES (DEFAULT) RETURNING id, src").Scan(&id, &src); err != nil {
+				t.Fatal(err)
+			}
+			if src != schema {
+				t.Fatalf("search_path %s: row went to %s.items", schema, src)
+			}
+			if cur := mustInt64(t, conn, "SELECT snowflake.currval('"+schema+".s')"); cur != id {
+				t.Errorf("search_path %s: currval('%s.s') = %d, want the row's id %d", schema, schema, cur, id)
+			}
+			// An explicit call with an unqualified name, which the proxy
+			// answers itself.
+			mustRun(t, conn, "SELECT public.use_schema('"+map[string]string{"a": "b", "b": "a"}[schema]+"')")
+			mustRun(t, conn, "SELECT public.use_schema('"+schema+"')")
+			got := mustInt64(t, conn, "SELECT snowflake.nextval('s')")
+			if cur := mustInt64(t, conn, "SELECT snowflake.currval('"+schema+".s')"); cur != got {
+				t.Errorf("search_path %s: nextval('s') = %d, currval('%s.s') = %d", schema, got, schema, cur)
+			}
+		}
+		mustRun(t, conn, "RESET search_path")
+	})
+}

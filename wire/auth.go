@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 	"github.com/snowflake-proxy/snowflake-proxy/wire/pgmsg"
 )
 
@@ -271,6 +272,10 @@ func (sh *shared) noteParameter(body []byte) {
 	switch string(k) {
 	case "default_transaction_read_only", "in_hot_standby", "is_superuser", "session_authorization":
 		sh.invalid |= touchSettings
+	case "search_path":
+		// Reported from PostgreSQL 18, however it changed: also inside a
+		// function, which the rewriter does not see.
+		sh.invalid |= plan.TouchSearchPath
 	}
 }
 
