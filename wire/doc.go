@@ -215,10 +215,10 @@
 // per session instead of once per execution. Every ID is bound (the path
 // is taken only when the proxy generated them all), so the text has the
 // parameters alone (plan.Template.RenderBound), not the fallback call a
-// client's Parse gets. Not behind a connection
-// pooler, which may run the next transaction on another server connection:
-// a session is behind one when pg_backend_pid(), read by the mirror query,
-// is not the pid of its BackendKeyData.
+// client's Parse gets. Not behind a connection pooler, which may run the
+// next transaction on another server connection: a session is behind one
+// when pg_backend_pid(), read by the mirror query, is not the pid of its
+// BackendKeyData.
 //
 // # Debugging
 //

@@ -263,8 +263,8 @@ func (t *Template) RenderParams(dst []byte, base int, vals []Value) []byte {
 // binds a value to each Nextval slot (a simple-protocol INSERT the proxy
 // prepares only when it generated every ID): the slot is the parameter
 // alone. The server then sets up no fallback call per execution, which
-// for the inlined snowflake.nextval costs more than the rest of a small
-// INSERT's expressions.
+// for the inlined snowflake.nextval costs about as much as the rest of a
+// one-row INSERT.
 func (t *Template) RenderBound(dst []byte, base int, vals []Value) []byte {
 	return t.renderParams(dst, base, vals, true)
 }
