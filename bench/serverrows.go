@@ -96,7 +96,11 @@ func measureServerRows(ctx context.Context, conn, direct, ext *pgx.Conn, rows, r
 			}
 		}
 	}
-	fmt.Printf("\nRows evaluated by the server, %d rows (single: %d statements), median of %d\n\n", rows, singleStatements(rows), rounds)
+	single := ""
+	if parts["single"] {
+		single = fmt.Sprintf(" (single: %d statements)", singleStatements(rows))
+	}
+	fmt.Printf("\nRows evaluated by the server, %d rows%s, median of %d\n\n", rows, single, rounds)
 	fmt.Println("| statement | path | snowflake | baseline | ratio |")
 	fmt.Println("|---|---|--:|--:|--:|")
 	for _, c := range serverRowsCases {
