@@ -19,11 +19,11 @@ type srcSlot struct{ start, arg int }
 // SourcePos maps a position in a rendered text back to the text the client
 // sent, so that an error's cursor (ErrorResponse field P: 1-based, counted
 // in characters) points where the server would have pointed had it run the
-// client's own text. vals and base are those the text was rendered with;
-// params tells RenderParams from RenderLiteral. A position inside a
-// replaced call maps to the start of the call, or into its argument when it
-// falls there (a missing sequence is reported at the argument). It returns
-// 0 when pos lies outside the template (the caller then drops the field).
+// client's own text. vals, base and r are those the text was rendered
+// with. A position inside a replaced call maps to the start of the call,
+// or into its argument when it falls there (a missing sequence is reported
+// at the argument). It returns 0 when pos lies outside the template (the
+// caller then drops the field).
 func (t *Template) SourcePos(pos int, vals []Value, base int, r Rendering) int {
 	if t.spans == nil || pos < 1 {
 		return 0
@@ -32,13 +32,13 @@ func (t *Template) SourcePos(pos int, vals []Value, base int, r Rendering) int {
 	srcChars := func(b int) int { return utf8.RuneCountInString(t.src[:b]) }
 	n := base
 	for i, part := range t.Parts {
-		for _, r := range t.spans[i] {
-			c := utf8.RuneCountInString(part[r.off : r.off+r.n])
+		for _, run := range t.spans[i] {
+			c := utf8.RuneCountInString(part[run.off : run.off+run.n])
 			if at < c {
-				if r.inserted {
-					return srcChars(r.src) + 1
+				if run.inserted {
+					return srcChars(run.src) + 1
 				}
-				return srcChars(r.src) + at + 1
+				return srcChars(run.src) + at + 1
 			}
 			at -= c
 		}
