@@ -164,10 +164,8 @@ func (a *allocator) positions(now, last int64, reqs []Request, from int) int64 {
 // leases for minutes on a busy machine). The position reported is
 // covered, whatever the clock says by then.
 func (a *allocator) take(ctx context.Context, now int64, reqs []Request, from int) error {
-	if a.ticketPending(reqs[from].After) {
-		if err := a.awaitTicket(ctx, reqs[from].After); err != nil {
-			return err
-		}
+	if err := a.awaitTicket(ctx, reqs[from].After); err != nil {
+		return err
 	}
 	for {
 		hi := a.hi.Load()
