@@ -16,7 +16,7 @@ var update = flag.Bool("update", false, "rewrite the golden files of testdata/go
 
 // Golden files: testdata/golden/NAME.sql holds one SQL string (its final
 // newline is not part of it); NAME.golden holds the plan as JSON followed
-// by the text rendered by RenderLiteral and RenderParams with sampleValues.
+// by the text rendered by RenderLiteral and as plan.Params with sampleValues.
 // Run `go test ./rewrite -run Golden -update` after a deliberate change and
 // review the diff.
 func TestGolden(t *testing.T) {
@@ -99,7 +99,7 @@ func goldenText(p *plan.Plan) []byte {
 		b.WriteString("-- RenderLiteral:\n")
 		b.Write(p.Template.RenderLiteral(nil, sampleValues(p.Template)))
 		b.WriteString("\n-- RenderParams:\n")
-		b.Write(p.Template.RenderParams(nil, p.MaxParam, sampleValues(p.Template)))
+		b.Write(p.Template.Render(nil, plan.Params, p.MaxParam, sampleValues(p.Template)))
 		b.WriteString("\n")
 	}
 	if p.Inserts != nil {
@@ -109,7 +109,7 @@ func goldenText(p *plan.Plan) []byte {
 			b.WriteString("\n-- and unfilled:\n")
 			b.Write(t.RenderLiteral(nil, unfilled(t)))
 			b.WriteString("\n-- RenderParams:\n")
-			b.Write(t.RenderParams(nil, p.MaxParam, sampleValues(t)))
+			b.Write(t.Render(nil, plan.Params, p.MaxParam, sampleValues(t)))
 			b.WriteString("\n")
 		}
 	}

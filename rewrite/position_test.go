@@ -55,18 +55,18 @@ func TestSourcePosMapsBackToTheClientText(t *testing.T) {
 }
 
 // A template rendered for a statement that always binds its IDs has the
-// parameters alone, numbered as RenderParams numbers them: no fallback
-// call of the shim that the server would set up for every execution.
-func TestRenderBoundHasNoFallback(t *testing.T) {
+// parameters alone, numbered as Params numbers them: no fallback call of
+// the shim that the server would set up for every execution.
+func TestBoundParamsHaveNoFallback(t *testing.T) {
 	p := New(Config{}).Plan("SELECT snowflake.nextval(), $1, snowflake.currval(), snowflake.nextval('s')")
 	vals := make([]plan.Value, len(p.Template.Slots))
-	bound := string(p.Template.RenderBound(nil, p.MaxParam, vals))
+	bound := string(p.Template.Render(nil, plan.BoundParams, p.MaxParam, vals))
 	if want := "SELECT $2::int8 AS nextval, $1, " + plan.CurrvalFunc + "('snowflake.id_seq', $3::int8) AS currval, $4::int8 AS nextval"; bound != want {
-		t.Errorf("RenderBound: %q, want %q", bound, want)
+		t.Errorf("BoundParams: %q, want %q", bound, want)
 	}
-	params := string(p.Template.RenderParams(nil, p.MaxParam, vals))
+	params := string(p.Template.Render(nil, plan.Params, p.MaxParam, vals))
 	if !strings.Contains(params, "COALESCE($2::int8, "+plan.NextvalFunc+"(") || !strings.Contains(params, "COALESCE($4::int8, ") {
-		t.Errorf("RenderParams: %q, want the fallback of both Nextval slots", params)
+		t.Errorf("Params: %q, want the fallback of both Nextval slots", params)
 	}
 }
 

@@ -34,7 +34,7 @@ func checkTemplate(t testing.TB, sql string, p *plan.Plan, tm *plan.Template) {
 	for _, out := range []string{
 		string(tm.RenderLiteral(nil, vals)),
 		string(tm.RenderLiteral(nil, unfilled(tm))),
-		string(tm.RenderParams(nil, p.MaxParam, vals)),
+		string(tm.Render(nil, plan.Params, p.MaxParam, vals)),
 	} {
 		tree, err := pg_query.Parse(out)
 		if err != nil {

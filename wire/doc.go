@@ -133,7 +133,7 @@
 //
 // # Extended protocol (extended.go)
 //
-// A Parse whose plan has ID slots is rendered with RenderParams: each slot
+// A Parse whose plan has ID slots is rendered as plan.Params: each slot
 // becomes an extra int8 parameter after the client's own. Every Bind of
 // such a statement appends freshly generated values in the client's
 // format; a Describe of it hides the extra parameters from the
@@ -214,10 +214,10 @@
 // client gets the Query's response. The server then plans the INSERT once
 // per session instead of once per execution. Every ID is bound (the path
 // is taken only when the proxy generated them all), so the text has the
-// parameters alone (plan.Template.RenderBound), not the fallback call a
-// client's Parse gets. Not behind a connection pooler, which may run the
-// next transaction on another server connection: a session is behind one
-// when pg_backend_pid(), read by the mirror query, is not the pid of its
+// parameters alone (plan.BoundParams), not the fallback call a client's
+// Parse gets. Not behind a connection pooler, which may run the next
+// transaction on another server connection: a session is behind one when
+// pg_backend_pid(), read by the mirror query, is not the pid of its
 // BackendKeyData.
 //
 // # Debugging

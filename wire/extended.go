@@ -30,7 +30,7 @@ type stmtRec struct {
 	parsed parseConfirm
 	// bound: every execution binds a value to each Nextval slot (a
 	// statement the proxy prepared, simpleprep.go), so the template
-	// renders without the shim's fallback (plan.Template.RenderBound).
+	// renders without the shim's fallback (plan.BoundParams).
 	bound bool
 }
 

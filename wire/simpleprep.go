@@ -28,9 +28,8 @@ import (
 //     alone) outside a failed transaction;
 //   - with every ID generated (an unfilled default renders as DEFAULT in
 //     the Query, which the parameter text cannot say); the text therefore
-//     has each ID as the parameter alone (plan.Template.RenderBound),
-//     without the shim's fallback that the server would set up at every
-//     execution;
+//     has each ID as the parameter alone (plan.BoundParams), without the
+//     shim's fallback that the server would set up at every execution;
 //   - without an unnamed statement on the server, which a Query would have
 //     destroyed and Bind does not.
 //
@@ -90,7 +89,7 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	if safe, status := p.state(); !safe || status == 'E' {
 		return false, nil
 	}
-	p.text = t.RenderBound(p.text[:0], 0, p.vals)
+	p.text = t.Render(p.text[:0], plan.BoundParams, 0, p.vals)
 	pq := p.prepared[string(p.text)]
 	if pq == nil {
 		if pq = p.secondUse(); pq == nil {

@@ -234,12 +234,26 @@ func (t *Template) RenderLiteral(dst []byte, vals []Value) []byte {
 type Rendering uint8
 
 const (
-	Literals    Rendering = iota // RenderLiteral
-	Params                       // RenderParams
-	BoundParams                  // RenderBound
+	// Literals: slots replaced by literal values (simple protocol),
+	// RenderLiteral.
+	Literals Rendering = iota
+	// Params: each ID slot replaced by a parameter $base+1, $base+2, ...
+	// in slot order (extended protocol), base being the number of
+	// parameters of the client's statement; a NULL bind value of a
+	// Nextval slot (no fast-path value for this execution) lets the
+	// server's shim issue the ID. Extension slots take vals[i].Text (vals
+	// may be nil when the template has none).
+	Params
+	// BoundParams: Params for a statement every execution of which binds
+	// a value to each Nextval slot (a simple-protocol INSERT the proxy
+	// prepares only when it generated every ID): the slot is the
+	// parameter alone. The server then sets up no fallback call per
+	// execution, which for the inlined snowflake.nextval costs about as
+	// much as the rest of a one-row INSERT.
+	BoundParams
 )
 
-// Render renders the template as r says.
+// Render appends the template to dst rendered as r says.
 func (t *Template) Render(dst []byte, r Rendering, base int, vals []Value) []byte {
 	switch r {
 	case Params:
@@ -249,24 +263,6 @@ func (t *Template) Render(dst []byte, r Rendering, base int, vals []Value) []byt
 	default:
 		return t.RenderLiteral(dst, vals)
 	}
-}
-
-// RenderParams appends the template to dst with each ID slot replaced by a
-// parameter $base+1, $base+2, ... in slot order (extended protocol); base is
-// the number of parameters of the client's statement. Extension slots take
-// vals[i].Text (vals may be nil when the template has none).
-func (t *Template) RenderParams(dst []byte, base int, vals []Value) []byte {
-	return t.renderParams(dst, base, vals, false)
-}
-
-// RenderBound is RenderParams for a statement every execution of which
-// binds a value to each Nextval slot (a simple-protocol INSERT the proxy
-// prepares only when it generated every ID): the slot is the parameter
-// alone. The server then sets up no fallback call per execution, which
-// for the inlined snowflake.nextval costs about as much as the rest of a
-// one-row INSERT.
-func (t *Template) RenderBound(dst []byte, base int, vals []Value) []byte {
-	return t.renderParams(dst, base, vals, true)
 }
 
 func (t *Template) renderParams(dst []byte, base int, vals []Value, bound bool) []byte {
@@ -286,8 +282,6 @@ func (t *Template) renderParams(dst []byte, base int, vals []Value, bound bool) 
 				dst = append(dst, "::int8"...)
 				break
 			}
-			// A NULL bind value (no fast-path value for this execution)
-			// lets the server's shim issue the ID.
 			dst = append(dst, "COALESCE($"...)
 			dst = strconv.AppendInt(dst, int64(n), 10)
 			dst = append(dst, "::int8, "+NextvalFunc+"("...)
