@@ -257,14 +257,18 @@ func TestInsertDefaultsStatementPreparedBeforeTheWatchIsArmed(t *testing.T) {
 	checkIDs(t, "same statement, fast path", []int64{id}, insertNode)
 }
 
-// Unqualified targets resolve with the session's search_path, changed mid-
-// session, and each table's default uses its own sequence.
-func TestInsertDefaultsFollowSearchPath(t *testing.T) {
-	e := newInsertEnv(t, `
+// twoSchemasSQL makes a table items in schemas a and b, whose defaults
+// use each schema's own sequence s.
+const twoSchemasSQL = `
 		CREATE SCHEMA a; CREATE SCHEMA b;
 		CREATE SEQUENCE a.s; CREATE SEQUENCE b.s;
 		CREATE TABLE a.items (id bigint DEFAULT snowflake.nextval('a.s'), src text DEFAULT 'a');
-		CREATE TABLE b.items (id bigint DEFAULT snowflake.nextval('b.s'), src text DEFAULT 'b')`)
+		CREATE TABLE b.items (id bigint DEFAULT snowflake.nextval('b.s'), src text DEFAULT 'b')`
+
+// Unqualified targets resolve with the session's search_path, changed mid-
+// session, and each table's default uses its own sequence.
+func TestInsertDefaultsFollowSearchPath(t *testing.T) {
+	e := newInsertEnv(t, twoSchemasSQL)
 	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
 		conn := e.connect(t, mode)
 		waitFastDefaults(t, conn, "a.items")
@@ -392,11 +396,7 @@ func TestInsertDefaultsSeeDDLMadeElsewhere(t *testing.T) {
 // the other one, whose own sequence could later issue the same ID
 // (regression). Earlier servers do not report it (docs/compatibility.md).
 func TestInsertDefaultsFollowSearchPathSetInAFunction(t *testing.T) {
-	e := newInsertEnv(t, `
-		CREATE SCHEMA a; CREATE SCHEMA b;
-		CREATE SEQUENCE a.s; CREATE SEQUENCE b.s;
-		CREATE TABLE a.items (id bigint DEFAULT snowflake.nextval('a.s'), src text DEFAULT 'a');
-		CREATE TABLE b.items (id bigint DEFAULT snowflake.nextval('b.s'), src text DEFAULT 'b');
+	e := newInsertEnv(t, twoSchemasSQL+`;
 		CREATE FUNCTION public.use_schema(s text) RETURNS void LANGUAGE plpgsql
 			AS $$BEGIN PERFORM set_config('search_path', s || ', public', false); END$$`)
 	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
