@@ -265,6 +265,16 @@ const twoSchemasSQL = `
 		CREATE TABLE a.items (id bigint DEFAULT snowflake.nextval('a.s'), src text DEFAULT 'a');
 		CREATE TABLE b.items (id bigint DEFAULT snowflake.nextval('b.s'), src text DEFAULT 'b')`
 
+// insertItem inserts a row into the unqualified table items, with its
+// defaults, and returns the row's id and src.
+func insertItem(t *testing.T, conn *pgx.Conn) (id int64, src string) {
+	t.Helper()
+	if err := conn.QueryRow(context.Background(), "INSERT INTO items (src) VALUES (DEFAULT) RETURNING id, src").Scan(&id, &src); err != nil {
+		t.Fatal(err)
+	}
+	return id, src
+}
+
 // Unqualified targets resolve with the session's search_path, changed mid-
 // session, and each table's default uses its own sequence.
 func TestInsertDefaultsFollowSearchPath(t *testing.T) {
@@ -277,11 +287,7 @@ func TestInsertDefaultsFollowSearchPath(t *testing.T) {
 			mustRun(t, conn, "SET search_path = "+schema+", public")
 			var id int64
 			var src string
-			n := shimCalls(t, conn, func() {
-				if err := conn.QueryRow(context.Background(), "INSERT INTO items (src) VALUES (DEFAULT) RETURNING id, src").Scan(&id, &src); err != nil {
-					t.Fatal(err)
-				}
-			})
+			n := shimCalls(t, conn, func() { id, src = insertItem(t, conn) })
 			if src != schema || n != 0 {
 				t.Errorf("search_path %s: row went to %s.items, shim calls %d (want %s, 0)", schema, src, n, schema)
 			}
@@ -408,11 +414,7 @@ func TestInsertDefaultsFollowSearchPathSetInAFunction(t *testing.T) {
 		waitFastDefaults(t, conn, "b.items")
 		for _, schema := range []string{"a", "b", "a"} {
 			mustRun(t, conn, "SELECT public.use_schema('"+schema+"')")
-			var id int64
-			var src string
-			if err := conn.QueryRow(context.Background(), "INSERT INTO items (src) VALUES (DEFAULT) RETURNING id, src").Scan(&id, &src); err != nil {
-				t.Fatal(err)
-			}
+			id, src := insertItem(t, conn)
 			if src != schema {
 				t.Fatalf("search_path %s: row went to %s.items", schema, src)
 			}
