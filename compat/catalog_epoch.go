@@ -78,10 +78,13 @@ type catalogWatch struct {
 	s   *Service
 	db  string
 	cur atomic.Uint64 // the epoch sessions see; 0 when not armed
-	// last hands out epochs: every arming and every notification takes a
-	// new value, so an epoch is never seen twice.
-	last  atomic.Uint64
+	// Every arming and every notification gives cur a new value from
+	// Service.catalogEpochs, so an epoch is never seen twice.
 	nudge chan struct{} // capacity 1: a session saw epoch 0
+	// used is set by every session that asks for the epochs (a load
+	// first: most calls only read it) and cleared by the watch, which
+	// stops once it has stayed clear for DatabaseIdle (idle).
+	used atomic.Bool
 	// checks counts the completed looks for the event triggers, each
 	// applied to cur, so that tests can wait for a check instead of
 	// guessing how long one takes.
@@ -91,16 +94,21 @@ type catalogWatch struct {
 	blocksLogged bool
 	// privs is the privilege epoch (privilege_epoch.go): it moves with cur
 	// and when the privileges' fingerprint changes; 0 while the watch is
-	// not connected. privLast hands out its values, as last does cur's.
-	privs    atomic.Uint64
-	privLast atomic.Uint64
+	// not connected. Its values come from Service.privEpochs.
+	privs atomic.Uint64
 	// lastMove is when wait last moved the epoch; fingerprint is the
 	// latest fingerprint of the privileges, nextPoll when it is read
-	// again. The watch's goroutine only.
+	// again; lastUse is when used was last seen set. The watch's goroutine
+	// only.
 	lastMove    time.Time
 	fingerprint string
 	nextPoll    time.Time
+	lastUse     time.Time
 }
+
+// errWatchIdle ends a watch that no session has asked for its epochs for
+// DatabaseIdle.
+var errWatchIdle = errors.New("compat: catalog watch idle")
 
 // CatalogEpochs implements wire.Snowflakes: the current catalog epoch of
 // database, 0 when DDL made elsewhere cannot be seen there (see above),
@@ -115,6 +123,9 @@ func (s *Service) CatalogEpochs(database string) (catalog, privilege uint64) {
 		return 0, 0
 	}
 	w := v.(*catalogWatch)
+	if !w.used.Load() {
+		w.used.Store(true)
+	}
 	catalog = w.cur.Load()
 	if catalog == 0 {
 		select {
@@ -150,7 +161,7 @@ func (s *Service) startWatch(database string) {
 	if s.closing {
 		return
 	}
-	w := &catalogWatch{s: s, db: database, nudge: make(chan struct{}, 1)}
+	w := &catalogWatch{s: s, db: database, nudge: make(chan struct{}, 1), lastUse: time.Now()}
 	if _, loaded := s.watches.LoadOrStore(database, w); loaded {
 		return
 	}
@@ -159,7 +170,11 @@ func (s *Service) startWatch(database string) {
 }
 
 // run is the watch's goroutine: connect, listen, and repeat after
-// failures until the Service closes.
+// failures until the Service closes or no session has asked for the
+// epochs for DatabaseIdle. An idle watch leaves the map with its connection
+// closed, so that a proxy that served many databases does not hold a
+// connection to each for ever (regression); the next session to ask
+// starts another, at epoch 0 until it is armed, as at the first start.
 func (w *catalogWatch) run() {
 	defer w.s.wg.Done()
 	logged := false
@@ -168,6 +183,10 @@ func (w *catalogWatch) run() {
 		w.cur.Store(0)
 		w.privs.Store(0)
 		if w.s.ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errWatchIdle) || w.idle(time.Now()) {
+			w.s.watches.CompareAndDelete(w.db, w)
 			return
 		}
 		if !logged {
@@ -235,7 +254,7 @@ func (w *catalogWatch) listen() error {
 				// privilege epoch first: who sees the new catalog epoch
 				// sees the new privilege epoch too.
 				w.movePrivs()
-				w.cur.Store(w.last.Add(1))
+				w.cur.Store(w.s.catalogEpochs.Add(1))
 			}
 		} else {
 			w.cur.Store(0)
@@ -245,6 +264,16 @@ func (w *catalogWatch) listen() error {
 			return err
 		}
 	}
+}
+
+// idle reports whether no session has asked for the epochs since
+// DatabaseIdle before now.
+func (w *catalogWatch) idle(now time.Time) bool {
+	if w.used.Swap(false) {
+		w.lastUse = now
+		return false
+	}
+	return now.Sub(w.lastUse) >= w.s.cfg.DatabaseIdle
 }
 
 // check reports whether both event triggers exist and are enabled.
@@ -262,7 +291,8 @@ func (w *catalogWatch) check(conn *pgx.Conn) (bool, error) {
 // (docs/state-model.md, "Blocks") for the sequences of snowflake column
 // defaults that have none, so that per-row calls on them, direct
 // connections' included, need not run the slow path. It runs at every check
-// and after DDL made elsewhere, committed at once. A shim without blocks, a
+// and after DDL made elsewhere, committed at once, while the watch runs
+// (sessions use the database through the proxy). A shim without blocks, a
 // read-only server or a role that may not make them leaves the slow path:
 // logged once per watch at debug level, never fatal to the watch.
 func (w *catalogWatch) makeBlocks(conn *pgx.Conn) {
@@ -327,7 +357,7 @@ func (w *catalogWatch) wait(conn *pgx.Conn, d time.Duration, wakeOnNudge bool) (
 					return 0, err
 				}
 				w.movePrivs()
-				w.cur.Store(w.last.Add(1))
+				w.cur.Store(w.s.catalogEpochs.Add(1))
 			}
 			w.lastMove = time.Now()
 			// Back to the caller, which makes the blocks of a default the

@@ -62,10 +62,14 @@ const privilegesSQL = `SELECT
 // again) or a nudge. The time of the next reading is the watch's, not the
 // call's: sessions nudge an unarmed watch at every INSERT, and any role
 // may notify, and a reading put off at every return would never come
-// (regression).
+// (regression). It returns errWatchIdle once no session has asked for the
+// epochs for DatabaseIdle.
 func (w *catalogWatch) waitPolling(conn *pgx.Conn, d time.Duration, armed bool) error {
 	end := time.Now().Add(d)
 	for {
+		if w.idle(time.Now()) {
+			return errWatchIdle
+		}
 		if !time.Now().Before(w.nextPoll) {
 			changed, err := w.privilegesChanged(conn)
 			if err != nil {
@@ -101,4 +105,4 @@ func (w *catalogWatch) privilegesChanged(conn *pgx.Conn) (bool, error) {
 }
 
 // movePrivs moves the privilege epoch.
-func (w *catalogWatch) movePrivs() { w.privs.Store(w.privLast.Add(1)) }
+func (w *catalogWatch) movePrivs() { w.privs.Store(w.s.privEpochs.Add(1)) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,6 +24,9 @@ const (
 	// DefaultHeartbeat is how often a held node claim is verified, and a
 	// claim not held is attempted again.
 	DefaultHeartbeat = 5 * time.Second
+	// DefaultDatabaseIdle is how long a database's catalog watch outlives the
+	// last session that asked for its epochs (catalog_epoch.go).
+	DefaultDatabaseIdle = 5 * time.Minute
 )
 
 // ErrClosed is returned by NextvalBatch after Close.
@@ -58,6 +62,10 @@ type Config struct {
 	// lost) refuses the batch, and the session leaves its IDs to the shim.
 	// It must be cheap and must not block.
 	NodeCheck func() error
+	// DatabaseIdle is how long a database's catalog watch, and its control
+	// connection, stay after sessions last asked for its epochs; the next
+	// session to ask starts it again. 0: DefaultDatabaseIdle.
+	DatabaseIdle time.Duration
 }
 
 // Service implements wire.Snowflakes: the fast path's IDs (through the
@@ -80,6 +88,11 @@ type Service struct {
 	wg     sync.WaitGroup // claim heartbeats, catalog watches
 
 	watches sync.Map // database -> *catalogWatch (catalog_epoch.go)
+	// catalogEpochs and privEpochs hand out the values of every watch's
+	// catalog and privilege epochs, so that none is seen twice for a
+	// database, across a watch stopped when idle and the one started
+	// after it too.
+	catalogEpochs, privEpochs atomic.Uint64
 }
 
 // New validates cfg and returns a Service. It opens no connection: pools
@@ -88,14 +101,17 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Node < 0 || cfg.Node > generator.MaxNode {
 		return nil, fmt.Errorf("compat: node %d is outside 0..%d", cfg.Node, generator.MaxNode)
 	}
-	if cfg.MaxConns < 0 || cfg.Heartbeat < 0 {
-		return nil, errors.New("compat: negative MaxConns or Heartbeat")
+	if cfg.MaxConns < 0 || cfg.Heartbeat < 0 || cfg.DatabaseIdle < 0 {
+		return nil, errors.New("compat: negative MaxConns, Heartbeat or DatabaseIdle")
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.DatabaseIdle == 0 {
+		cfg.DatabaseIdle = DefaultDatabaseIdle
 	}
 	base, err := pgxpool.ParseConfig(cfg.ControlURL)
 	if err != nil {

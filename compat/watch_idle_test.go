@@ -1,0 +1,96 @@
+package compat
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+)
+
+// A watch that no session asks for its epochs stops and closes its
+// connection: a proxy that had served many databases held a connection to
+// each for ever, and could take the server's every slot (regression). The
+// next session to ask starts another, whose epochs are none of the first
+// one's: sessions compare them for equality, and a cache built at the
+// first watch's epochs must not pass for one built at the second's.
+func TestCatalogWatchStopsWhenIdle(t *testing.T) {
+	t.Parallel()
+	url := newDB(t)
+	cfg, _ := pgx.ParseConfig(url)
+	db := cfg.Database
+	s, err := New(Config{ControlURL: url, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DatabaseIdle: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	c := connect(t, url)
+	mustExec(t, c, extSQL(t, plan.CreateExtension, nil))
+	watchConns := "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'snowflake-proxy catalog watch'"
+
+	seenCatalog, seenPrivs := map[uint64]bool{}, map[uint64]bool{}
+	for round := 1; round <= 2; round++ {
+		if e, p := s.CatalogEpochs(db); e != 0 || p != 0 {
+			t.Fatalf("round %d: a started watch gave epochs %d and %d, want 0 until it is armed", round, e, p)
+		}
+		e := waitEpoch(t, s, db, "arming", func(e uint64) bool { return e != 0 })
+		_, p := s.CatalogEpochs(db)
+		if seenCatalog[e] || seenPrivs[p] {
+			t.Fatalf("round %d: epochs %d and %d, handed out before: catalog %v, privileges %v", round, e, p, seenCatalog, seenPrivs)
+		}
+		seenCatalog[e], seenPrivs[p] = true, true
+		if n := queryInt(t, c, watchConns); n != 1 {
+			t.Fatalf("round %d: %d watch connections while armed, want 1", round, n)
+		}
+		// Nothing asks now: the watch goes, and its connection with it.
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			_, inMap := s.watches.Load(db)
+			if n := queryInt(t, c, watchConns); n == 0 && !inMap {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the idle watch still runs after 15s (in the map: %v)", round, inMap)
+			}
+			time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+		}
+	}
+}
+
+// The watch stops only after a whole DatabaseIdle in which no session asked
+// for its epochs; each ask starts the period again.
+func TestWatchIdleCountsFromTheLastAsk(t *testing.T) {
+	s := &Service{cfg: Config{DatabaseIdle: time.Minute}}
+	t0 := time.Unix(1_700_000_000, 0)
+	w := &catalogWatch{s: s, db: "d", nudge: make(chan struct{}, 1), lastUse: t0}
+	s.watches.Store("d", w)
+	steps := []struct {
+		at   time.Duration
+		ask  bool
+		idle bool
+	}{
+		{at: 59 * time.Second},
+		{at: 60 * time.Second, idle: true},
+		{at: 61 * time.Second, ask: true},
+		{at: 61 * time.Second},
+		{at: 120 * time.Second},
+		{at: 121 * time.Second, idle: true},
+	}
+	for i, st := range steps {
+		if st.ask {
+			s.CatalogEpochs("d")
+		}
+		if got := w.idle(t0.Add(st.at)); got != st.idle {
+			t.Fatalf("step %d (t0+%s, ask %v): idle = %v, want %v", i, st.at, st.ask, got, st.idle)
+		}
+	}
+}
