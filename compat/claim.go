@@ -5,7 +5,8 @@ package compat
 // block.
 //
 // A claim is a session advisory lock, held on a dedicated control
-// connection per database, so it disappears with the proxy. Advisory locks
+// connection per database, so it disappears with the proxy, or when the
+// proxy has issued no fast-path ID there for DatabaseIdle (stopIfIdle). Advisory locks
 // share one namespace open to every role, and pg_locks shows every held key
 // to every role, so the key itself cannot be a secret: a fixed key (or one
 // derived from a secret) lets any role take it first and make the proxy
@@ -103,16 +104,23 @@ type claim struct {
 	// beats counts heartbeats (verifications and attempts), attempts the
 	// attempts among them; for tests.
 	beats, attempts int
+	// used is set by every check and settled (a fast-path batch), and
+	// cleared by the goroutine, which stops the claim once it has stayed
+	// clear for DatabaseIdle since lastUse (stopIfIdle).
+	used    bool
+	lastUse time.Time
 }
 
 func newClaim(s *Service, db string) *claim {
-	return &claim{s: s, db: db, kick: make(chan struct{}, 1), ready: make(chan struct{}), pending: true}
+	return &claim{s: s, db: db, kick: make(chan struct{}, 1), ready: make(chan struct{}), pending: true,
+		lastUse: time.Now()}
 }
 
 // check waits for the current attempt and reports whether the claim is
 // held.
 func (c *claim) check(ctx context.Context) error {
 	c.mu.Lock()
+	c.used = true
 	c.retryNoShimLocked()
 	ready := c.ready
 	c.mu.Unlock()
@@ -129,6 +137,7 @@ func (c *claim) check(ctx context.Context) error {
 func (c *claim) settled() (done bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.used = true
 	c.retryNoShimLocked()
 	if c.pending {
 		return false, nil
@@ -194,7 +203,8 @@ func (c *claim) done(gen uint64) {
 }
 
 // run is the claim's goroutine: attempts and heartbeats until the Service
-// closes, when the connection (and with it the lock) is released.
+// closes or no fast-path batch has used the claim for DatabaseIdle, when
+// the connection (and with it the lock) is released.
 func (c *claim) run() {
 	defer c.s.wg.Done()
 	t := time.NewTicker(c.s.cfg.Heartbeat)
@@ -205,20 +215,61 @@ func (c *claim) run() {
 		c.mu.Unlock()
 		c.heartbeat()
 		c.done(gen)
+		if c.stopIfIdle(time.Now()) {
+			return
+		}
 		select {
 		case <-c.s.ctx.Done():
-			c.release()
-			c.mu.Lock()
-			c.stopped = true
-			if c.pending {
-				close(c.ready)
-				c.pending = false
-			}
-			c.mu.Unlock()
+			c.stop(nil)
 			return
 		case <-t.C:
 		case <-c.kick:
 		}
+	}
+}
+
+// stopIfIdle stops a claim that no fast-path batch has used for
+// DatabaseIdle before now, so that a proxy does not keep a connection to
+// every database it ever issued IDs in (regression). The claim leaves the
+// Service's map first, under the lock every caller takes to find it: a
+// batch that found it before gets "released" and goes to the shim, and the
+// next one starts a new claim, waiting for it as at the first use. While
+// none holds the node, another proxy configured with it may take it; this
+// one then reports the conflict when it claims again.
+func (c *claim) stopIfIdle(now time.Time) bool {
+	c.s.mu.Lock()
+	c.mu.Lock()
+	if c.used {
+		c.used = false
+		c.lastUse = now
+	}
+	idle := now.Sub(c.lastUse) >= c.s.cfg.DatabaseIdle
+	c.mu.Unlock()
+	if idle && c.s.claims[c.db] == c {
+		delete(c.s.claims, c.db)
+	} else {
+		idle = false
+	}
+	c.s.mu.Unlock()
+	if idle {
+		c.stop(fmt.Errorf("compat: node claim on %q released: unused for %s", c.db, c.s.cfg.DatabaseIdle))
+	}
+	return idle
+}
+
+// stop releases the claim for good: callers waiting for an attempt get
+// err (or the release's error when nil) and none starts again.
+func (c *claim) stop(err error) {
+	c.release()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+	if err != nil {
+		c.err = err
+	}
+	if c.pending {
+		close(c.ready)
+		c.pending = false
 	}
 }
 

@@ -35,8 +35,9 @@
 // LeaseStats and CatalogWatches (catalog_epoch.go) report to metrics. The
 // catalog watch of each database (catalog_epoch.go) tells sessions when
 // DDL made elsewhere may have made their caches stale, and when what
-// roles may use may have changed unannounced (privilege_epoch.go); it
-// stops, with its connection, once no session has asked for DatabaseIdle.
+// roles may use may have changed unannounced (privilege_epoch.go). Both
+// the watch and the claim stop, with their connections, once no session
+// has used them for DatabaseIdle.
 //
 // The state model shared by the shim and the Go generator is described in
 // docs/state-model.md and at the top of sql/functions.sql: the sequence's

@@ -24,8 +24,8 @@ const (
 	// DefaultHeartbeat is how often a held node claim is verified, and a
 	// claim not held is attempted again.
 	DefaultHeartbeat = 5 * time.Second
-	// DefaultDatabaseIdle is how long a database's catalog watch outlives the
-	// last session that asked for its epochs (catalog_epoch.go).
+	// DefaultDatabaseIdle is how long a database's catalog watch and node
+	// claim outlive their last use by a session.
 	DefaultDatabaseIdle = 5 * time.Minute
 )
 
@@ -62,9 +62,10 @@ type Config struct {
 	// lost) refuses the batch, and the session leaves its IDs to the shim.
 	// It must be cheap and must not block.
 	NodeCheck func() error
-	// DatabaseIdle is how long a database's catalog watch, and its control
-	// connection, stay after sessions last asked for its epochs; the next
-	// session to ask starts it again. 0: DefaultDatabaseIdle.
+	// DatabaseIdle is how long a database's catalog watch and node claim,
+	// each with its connection, stay after sessions last used them (asked
+	// for the catalog epochs, issued a fast-path batch); the next use
+	// starts them again. 0: DefaultDatabaseIdle.
 	DatabaseIdle time.Duration
 }
 

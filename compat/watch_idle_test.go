@@ -2,6 +2,7 @@ package compat
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -92,5 +93,40 @@ func TestWatchIdleCountsFromTheLastAsk(t *testing.T) {
 		if got := w.idle(t0.Add(st.at)); got != st.idle {
 			t.Fatalf("step %d (t0+%s, ask %v): idle = %v, want %v", i, st.at, st.ask, got, st.idle)
 		}
+	}
+}
+
+// A node claim that no fast-path batch uses is released with its
+// connection: a proxy kept one to every database it had issued IDs in
+// (regression). The next batch claims again, and finds a proxy that took
+// the node meanwhile.
+func TestNodeClaimReleasedWhenIdle(t *testing.T) {
+	t.Parallel()
+	url, c, db, oid := shimDB(t)
+	a, err := New(Config{ControlURL: url, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Node: 7,
+		Heartbeat: 100 * time.Millisecond, LeaseDuration: 200 * time.Millisecond, DatabaseIdle: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeService(t, a) })
+	if _, err := nextvalVia(ctxT(t), a, db, oid, 7); err != nil {
+		t.Fatal(err)
+	}
+	claimConns := "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'snowflake-proxy node 7 claim'"
+	if n := queryInt(t, c, claimConns); n != 1 {
+		t.Fatalf("%d claim connections after a batch, want 1", n)
+	}
+	waitFor(t, "the idle claim to be released", func() bool {
+		a.mu.Lock()
+		_, held := a.claims[db]
+		a.mu.Unlock()
+		return !held && queryInt(t, c, claimConns) == 0
+	})
+	b := newService(t, url, 7, nil)
+	if _, err := nextvalVia(ctxT(t), b, db, oid, 7); err != nil {
+		t.Fatalf("a second proxy with node 7 once the first released it: %v", err)
+	}
+	if _, err := nextvalVia(ctxT(t), a, db, oid, 7); !errors.Is(err, ErrNodeClaimed) {
+		t.Fatalf("the first proxy again, with the node taken: %v, want ErrNodeClaimed", err)
 	}
 }
