@@ -101,11 +101,11 @@ func withoutShimContext(f pgmsg.Fields, own bool) ([]byte, bool) {
 
 // fixError applies what the proxy changes in an ErrorResponse or
 // NoticeResponse (its fields f): the error cursor mapped to the client's
-// text (pm, nil when the text was not rewritten) and the shim's CONTEXT
-// lines. It returns the new body, and whether there is one.
+// text (pm, whose t is nil when the text was not rewritten) and the shim's
+// CONTEXT lines. It returns the new body, and whether there is one.
 func fixError(f pgmsg.Fields, pm *posMap, own bool) ([]byte, bool) {
 	var body []byte
-	if pm != nil {
+	if pm.t != nil {
 		if fixed, ok := pm.fixPosition(f); ok {
 			body = fixed
 			f, _ = pgmsg.ReadFields(fixed) // well formed: built from f

@@ -34,7 +34,7 @@ type owed struct {
 	strip int              // owedDescribeStmt: injected parameters to hide
 	stmts []plan.Statement // command tags to rename (shared, read-only)
 	n     int              // owedQuery: CommandCompletes seen
-	pos   *posMap          // owedQuery, owedParse of a rewritten text: error cursors to map
+	pos   posMap           // owedQuery, owedParse of a rewritten text: error cursors to map
 	// copyCols: owedQuery of a COPY whose rows the client pump completes
 	// (copyin.go): the columns it added, hidden from CopyInResponse.
 	copyCols int

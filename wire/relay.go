@@ -146,7 +146,7 @@ func (p *serverPump) handle(typ byte) error {
 		if f.Fatal() {
 			p.sh.noteServerFatal(f)
 		}
-		var pm *posMap
+		var pm posMap
 		own := false
 		var cv *copyView
 		if p.sh.track {
@@ -165,7 +165,7 @@ func (p *serverPump) handle(typ byte) error {
 			}
 			p.sh.mu.Unlock()
 		}
-		fixed, ok := fixError(f, pm, own)
+		fixed, ok := fixError(f, &pm, own)
 		if cv != nil {
 			if ok {
 				f, _ = pgmsg.ReadFields(fixed)
