@@ -142,8 +142,9 @@ func (s *Service) CatalogEpoch(database string) uint64 {
 	return catalog
 }
 
-// CatalogWatches returns, for each database whose watch was started (at
-// the first CatalogEpoch there), whether it is armed: DDL made elsewhere
+// CatalogWatches returns, for each database whose watch runs (started at
+// a CatalogEpochs there, stopped after DatabaseIdle without one), whether
+// it is armed: DDL made elsewhere
 // is seen there, and sessions take INSERT defaults on the fast path. It
 // never waits, for metrics.
 func (s *Service) CatalogWatches() map[string]bool {
@@ -228,6 +229,10 @@ func (w *catalogWatch) listen() error {
 		return fmt.Errorf("compat: catalog watch on %q: %w", w.db, err)
 	}
 	defer func() {
+		// Nothing is seen from here: sessions stop using the epochs
+		// before the connection closes, which may take a while.
+		w.cur.Store(0)
+		w.privs.Store(0)
 		cctx, cancel := context.WithTimeout(context.Background(), epochQueryTimeout)
 		_ = conn.Close(cctx)
 		cancel()

@@ -5,13 +5,13 @@ package compat
 // block.
 //
 // A claim is a session advisory lock, held on a dedicated control
-// connection per database, so it disappears with the proxy, or when the
-// proxy has issued no fast-path ID there for DatabaseIdle (stopIfIdle). Advisory locks
-// share one namespace open to every role, and pg_locks shows every held key
-// to every role, so the key itself cannot be a secret: a fixed key (or one
-// derived from a secret) lets any role take it first and make the proxy
-// believe another proxy runs, which turned its fast path off. So the
-// decision rests on privileges, not on the key:
+// connection per database, so it disappears with the proxy, or when no
+// fast-path batch has asked for it there for DatabaseIdle (stopIfIdle).
+// Advisory locks share one namespace open to every role, and pg_locks
+// shows every held key to every role, so the key itself cannot be a
+// secret: a fixed key (or one derived from a secret) lets any role take
+// it first and make the proxy believe another proxy runs, which turned
+// its fast path off. So the decision rests on privileges, not on the key:
 //
 //   - the key of node N is a random 64-bit number kept in the private table
 //     snowflake._claims (claimdb.go), which only the proxies' control roles
@@ -220,7 +220,7 @@ func (c *claim) run() {
 		}
 		select {
 		case <-c.s.ctx.Done():
-			c.stop(nil)
+			c.stop()
 			return
 		case <-t.C:
 		case <-c.kick:
@@ -230,12 +230,15 @@ func (c *claim) run() {
 
 // stopIfIdle stops a claim that no fast-path batch has used for
 // DatabaseIdle before now, so that a proxy does not keep a connection to
-// every database it ever issued IDs in (regression). The claim leaves the
-// Service's map first, under the lock every caller takes to find it: a
-// batch that found it before gets "released" and goes to the shim, and the
-// next one starts a new claim, waiting for it as at the first use. While
-// none holds the node, another proxy configured with it may take it; this
-// one then reports the conflict when it claims again.
+// every database it ever issued IDs in (regression). It is marked stopped
+// in the section that decides it, under the lock every caller takes to
+// find it: a batch that found it, before or until it leaves the map, gets
+// the error and goes to the shim. It lets go of the lock on the server
+// before it leaves the map: the next batch starts a new claim, waiting
+// for it as at the first use, which must not find this proxy's own
+// connection holding the key (a conflict with itself). While none holds
+// the node, another proxy configured with it may take it; this one then
+// reports the conflict when it claims again.
 func (c *claim) stopIfIdle(now time.Time) bool {
 	c.s.mu.Lock()
 	c.mu.Lock()
@@ -243,26 +246,35 @@ func (c *claim) stopIfIdle(now time.Time) bool {
 		c.used = false
 		c.lastUse = now
 	}
-	idle := now.Sub(c.lastUse) >= c.s.cfg.DatabaseIdle
+	idle := now.Sub(c.lastUse) >= c.s.cfg.DatabaseIdle && c.s.claims[c.db] == c
+	if idle {
+		c.stopLocked(fmt.Errorf("compat: node claim on %q released: unused for %s", c.db, c.s.cfg.DatabaseIdle))
+	}
 	c.mu.Unlock()
-	if idle && c.s.claims[c.db] == c {
+	c.s.mu.Unlock()
+	if !idle {
+		return false
+	}
+	c.release()
+	c.s.mu.Lock()
+	if c.s.claims[c.db] == c {
 		delete(c.s.claims, c.db)
-	} else {
-		idle = false
 	}
 	c.s.mu.Unlock()
-	if idle {
-		c.stop(fmt.Errorf("compat: node claim on %q released: unused for %s", c.db, c.s.cfg.DatabaseIdle))
-	}
-	return idle
+	return true
 }
 
-// stop releases the claim for good: callers waiting for an attempt get
-// err (or the release's error when nil) and none starts again.
-func (c *claim) stop(err error) {
+// stop releases the claim for good (the Service closes).
+func (c *claim) stop() {
 	c.release()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.stopLocked(nil)
+}
+
+// stopLocked marks the claim stopped: callers waiting for an attempt get
+// err (or the claim's own when nil) and none starts again. c.mu is held.
+func (c *claim) stopLocked(err error) {
 	c.stopped = true
 	if err != nil {
 		c.err = err
@@ -371,7 +383,9 @@ func (c *claim) set(conn *pgx.Conn, key int64, err error) {
 	c.mu.Unlock()
 }
 
-// release closes the claim connection, which releases the lock.
+// release lets go of the lock (pg_advisory_unlock_all: at once, where
+// closing the connection releases it only once the backend has exited)
+// and closes the claim connection.
 func (c *claim) release() {
 	c.mu.Lock()
 	conn := c.conn
@@ -381,7 +395,10 @@ func (c *claim) release() {
 	}
 	c.mu.Unlock()
 	if conn != nil {
-		closeConn(conn)
+		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+		_, _ = conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_unlock_all()")
+		_ = conn.Close(ctx)
+		cancel()
 	}
 }
 

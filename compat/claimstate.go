@@ -17,8 +17,9 @@ type ClaimState struct {
 	Err string
 }
 
-// Claims returns the state of the node claim of each database a claim was
-// started on (the first fast-path ID there with Config.Node). It takes
+// Claims returns the state of the node claim of each database that has one
+// (started by a fast-path batch there with Config.Node, stopped after
+// DatabaseIdle without one). It takes
 // only the claims' locks, never waits for the upstream, so a health probe
 // may call it at any rate.
 func (s *Service) Claims() map[string]ClaimState {

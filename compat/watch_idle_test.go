@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func TestCatalogWatchStopsWhenIdle(t *testing.T) {
 	cfg, _ := pgx.ParseConfig(url)
 	db := cfg.Database
 	s, err := New(Config{ControlURL: url, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		DatabaseIdle: 300 * time.Millisecond})
+		DatabaseIdle: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestNodeClaimReleasedWhenIdle(t *testing.T) {
 	t.Parallel()
 	url, c, db, oid := shimDB(t)
 	a, err := New(Config{ControlURL: url, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Node: 7,
-		Heartbeat: 100 * time.Millisecond, LeaseDuration: 200 * time.Millisecond, DatabaseIdle: 300 * time.Millisecond})
+		Heartbeat: 100 * time.Millisecond, LeaseDuration: 200 * time.Millisecond, DatabaseIdle: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +129,47 @@ func TestNodeClaimReleasedWhenIdle(t *testing.T) {
 	}
 	if _, err := nextvalVia(ctxT(t), a, db, oid, 7); !errors.Is(err, ErrNodeClaimed) {
 		t.Fatalf("the first proxy again, with the node taken: %v, want ErrNodeClaimed", err)
+	}
+}
+
+// A claim is let go only after a whole DatabaseIdle in which no batch asked
+// for it; each ask starts the period again. A batch that found it before
+// it left the map gets an error (and goes to the shim), at once.
+func TestClaimIdleCountsFromTheLastBatch(t *testing.T) {
+	s := &Service{cfg: Config{DatabaseIdle: time.Minute}, claims: map[string]*claim{}}
+	t0 := time.Unix(1_700_000_000, 0)
+	c := newClaim(s, "d")
+	c.lastUse, c.pending = t0, false
+	close(c.ready)
+	s.claims["d"] = c
+	steps := []struct {
+		at   time.Duration
+		ask  bool
+		idle bool
+	}{
+		{at: 59 * time.Second},
+		{at: 61 * time.Second, ask: true},
+		{at: 61 * time.Second},
+		{at: 120 * time.Second},
+		{at: 121 * time.Second, idle: true},
+	}
+	for i, st := range steps {
+		if st.ask {
+			if done, err := c.settled(); !done || err != nil {
+				t.Fatalf("step %d: settled = %v, %v before the release", i, done, err)
+			}
+		}
+		if got := c.stopIfIdle(t0.Add(st.at)); got != st.idle {
+			t.Fatalf("step %d (t0+%s, ask %v): stopped = %v, want %v", i, st.at, st.ask, got, st.idle)
+		}
+	}
+	if _, inMap := s.claims["d"]; inMap {
+		t.Fatal("the released claim is still in the map")
+	}
+	if done, err := c.settled(); !done || err == nil || !strings.Contains(err.Error(), "released: unused for 1m0s") {
+		t.Fatalf("a batch that found the released claim: settled = %v, %v", done, err)
+	}
+	if err := c.check(context.Background()); err == nil {
+		t.Fatal("check of the released claim succeeded")
 	}
 }
