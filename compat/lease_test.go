@@ -17,11 +17,23 @@ import (
 
 func newService(t *testing.T, url string, node int, log *slog.Logger) *Service {
 	t.Helper()
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return newServiceWith(t, Config{ControlURL: url, Logger: log, Node: node})
+}
+
+// newServiceWith is newService with more of cfg: a nil Logger discards,
+// Heartbeat and LeaseDuration default to the tests' short ones.
+func newServiceWith(t *testing.T, cfg Config) *Service {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s, err := New(Config{ControlURL: url, Logger: log, Node: node, Heartbeat: 100 * time.Millisecond,
-		LeaseDuration: 200 * time.Millisecond})
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 100 * time.Millisecond
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = 200 * time.Millisecond
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

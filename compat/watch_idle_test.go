@@ -3,8 +3,6 @@ package compat
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -25,16 +23,7 @@ func TestCatalogWatchStopsWhenIdle(t *testing.T) {
 	url := newDB(t)
 	cfg, _ := pgx.ParseConfig(url)
 	db := cfg.Database
-	s, err := New(Config{ControlURL: url, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		DatabaseIdle: 1500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s.Close(ctx)
-	})
+	s := newServiceWith(t, Config{ControlURL: url, DatabaseIdle: 1500 * time.Millisecond})
 	c := connect(t, url)
 	mustExec(t, c, extSQL(t, plan.CreateExtension, nil))
 	watchConns := "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'snowflake-proxy catalog watch'"
@@ -104,12 +93,7 @@ func TestWatchIdleCountsFromTheLastAsk(t *testing.T) {
 func TestNodeClaimReleasedWhenIdle(t *testing.T) {
 	t.Parallel()
 	url, c, db, oid := shimDB(t)
-	a, err := New(Config{ControlURL: url, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Node: 7,
-		Heartbeat: 100 * time.Millisecond, LeaseDuration: 200 * time.Millisecond, DatabaseIdle: 1500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeService(t, a) })
+	a := newServiceWith(t, Config{ControlURL: url, Node: 7, DatabaseIdle: 1500 * time.Millisecond})
 	if _, err := nextvalVia(ctxT(t), a, db, oid, 7); err != nil {
 		t.Fatal(err)
 	}
