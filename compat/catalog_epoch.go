@@ -144,9 +144,8 @@ func (s *Service) CatalogEpoch(database string) uint64 {
 
 // CatalogWatches returns, for each database whose watch runs (started at
 // a CatalogEpochs there, stopped after DatabaseIdle without one), whether
-// it is armed: DDL made elsewhere
-// is seen there, and sessions take INSERT defaults on the fast path. It
-// never waits, for metrics.
+// it is armed: DDL made elsewhere is seen there, and sessions take INSERT
+// defaults on the fast path. It never waits, for metrics.
 func (s *Service) CatalogWatches() map[string]bool {
 	out := map[string]bool{}
 	s.watches.Range(func(k, v any) bool {
