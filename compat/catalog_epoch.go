@@ -75,16 +75,16 @@ const eventTriggersSQL = `SELECT count(*) FROM pg_catalog.pg_event_trigger
 
 // catalogWatch is the LISTEN connection of one database.
 type catalogWatch struct {
-	s   *Service
-	db  string
-	cur atomic.Uint64 // the epoch sessions see; 0 when not armed
-	// Every arming and every notification gives cur a new value from
-	// Service.catalogEpochs, so an epoch is never seen twice.
+	s  *Service
+	db string
+	// cur is the epoch sessions see, 0 when not armed. Every arming and
+	// every notification gives it a new value from Service.catalogEpochs,
+	// so an epoch is never seen twice.
+	cur   atomic.Uint64
 	nudge chan struct{} // capacity 1: a session saw epoch 0
-	// used is set by every session that asks for the epochs (a load
-	// first: most calls only read it) and cleared by the watch, which
-	// stops once it has stayed clear for DatabaseIdle (idle).
-	used atomic.Bool
+	// use is marked by every session that asks for the epochs; the watch
+	// stops once it has gone unmarked for DatabaseIdle (idle).
+	use useMark
 	// checks counts the completed looks for the event triggers, each
 	// applied to cur, so that tests can wait for a check instead of
 	// guessing how long one takes.
@@ -98,12 +98,10 @@ type catalogWatch struct {
 	privs atomic.Uint64
 	// lastMove is when wait last moved the epoch; fingerprint is the
 	// latest fingerprint of the privileges, nextPoll when it is read
-	// again; lastUse is when used was last seen set. The watch's goroutine
-	// only.
+	// again. The watch's goroutine only.
 	lastMove    time.Time
 	fingerprint string
 	nextPoll    time.Time
-	lastUse     time.Time
 }
 
 // errWatchIdle ends a watch that no session has asked for its epochs for
@@ -123,9 +121,7 @@ func (s *Service) CatalogEpochs(database string) (catalog, privilege uint64) {
 		return 0, 0
 	}
 	w := v.(*catalogWatch)
-	if !w.used.Load() {
-		w.used.Store(true)
-	}
+	w.use.mark()
 	catalog = w.cur.Load()
 	if catalog == 0 {
 		select {
@@ -161,7 +157,7 @@ func (s *Service) startWatch(database string) {
 	if s.closing {
 		return
 	}
-	w := &catalogWatch{s: s, db: database, nudge: make(chan struct{}, 1), lastUse: time.Now()}
+	w := &catalogWatch{s: s, db: database, nudge: make(chan struct{}, 1), use: useMark{last: time.Now()}}
 	if _, loaded := s.watches.LoadOrStore(database, w); loaded {
 		return
 	}
@@ -272,13 +268,7 @@ func (w *catalogWatch) listen() error {
 
 // idle reports whether no session has asked for the epochs since
 // DatabaseIdle before now.
-func (w *catalogWatch) idle(now time.Time) bool {
-	if w.used.Swap(false) {
-		w.lastUse = now
-		return false
-	}
-	return now.Sub(w.lastUse) >= w.s.cfg.DatabaseIdle
-}
+func (w *catalogWatch) idle(now time.Time) bool { return w.use.idle(now, w.s.cfg.DatabaseIdle) }
 
 // check reports whether both event triggers exist and are enabled.
 func (w *catalogWatch) check(conn *pgx.Conn) (bool, error) {

@@ -104,23 +104,22 @@ type claim struct {
 	// beats counts heartbeats (verifications and attempts), attempts the
 	// attempts among them; for tests.
 	beats, attempts int
-	// used is set by every check and settled (a fast-path batch), and
-	// cleared by the goroutine, which stops the claim once it has stayed
-	// clear for DatabaseIdle since lastUse (stopIfIdle).
-	used    bool
-	lastUse time.Time
+	// use is marked by every check and settled (a fast-path batch), under
+	// mu; the goroutine stops the claim once it has gone unmarked for
+	// DatabaseIdle (stopIfIdle).
+	use useMark
 }
 
 func newClaim(s *Service, db string) *claim {
 	return &claim{s: s, db: db, kick: make(chan struct{}, 1), ready: make(chan struct{}), pending: true,
-		lastUse: time.Now()}
+		use: useMark{last: time.Now()}}
 }
 
 // check waits for the current attempt and reports whether the claim is
 // held.
 func (c *claim) check(ctx context.Context) error {
 	c.mu.Lock()
-	c.used = true
+	c.use.mark()
 	c.retryNoShimLocked()
 	ready := c.ready
 	c.mu.Unlock()
@@ -137,7 +136,7 @@ func (c *claim) check(ctx context.Context) error {
 func (c *claim) settled() (done bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.used = true
+	c.use.mark()
 	c.retryNoShimLocked()
 	if c.pending {
 		return false, nil
@@ -242,11 +241,7 @@ func (c *claim) run() {
 func (c *claim) stopIfIdle(now time.Time) bool {
 	c.s.mu.Lock()
 	c.mu.Lock()
-	if c.used {
-		c.used = false
-		c.lastUse = now
-	}
-	idle := now.Sub(c.lastUse) >= c.s.cfg.DatabaseIdle && c.s.claims[c.db] == c
+	idle := c.use.idle(now, c.s.cfg.DatabaseIdle) && c.s.claims[c.db] == c
 	if idle {
 		c.stopLocked(fmt.Errorf("compat: node claim on %q released: unused for %s", c.db, c.s.cfg.DatabaseIdle))
 	}

@@ -331,3 +331,28 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	return err
 }
+
+// useMark tells whether something a goroutine owns (a database's catalog
+// watch, its node claim) has gone unused for DatabaseIdle: users mark it,
+// the owner asks at its own pace.
+type useMark struct {
+	used atomic.Bool // set by users (a load first: most calls only read it)
+	last time.Time   // when the owner last saw used set; the owner's only
+}
+
+// mark records a use.
+func (u *useMark) mark() {
+	if !u.used.Load() {
+		u.used.Store(true)
+	}
+}
+
+// idle reports whether no use was marked since d before now, and clears
+// the mark.
+func (u *useMark) idle(now time.Time, d time.Duration) bool {
+	if u.used.Swap(false) {
+		u.last = now
+		return false
+	}
+	return now.Sub(u.last) >= d
+}

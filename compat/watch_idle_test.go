@@ -62,25 +62,34 @@ func TestCatalogWatchStopsWhenIdle(t *testing.T) {
 func TestWatchIdleCountsFromTheLastAsk(t *testing.T) {
 	s := &Service{cfg: Config{DatabaseIdle: time.Minute}}
 	t0 := time.Unix(1_700_000_000, 0)
-	w := &catalogWatch{s: s, db: "d", nudge: make(chan struct{}, 1), lastUse: t0}
+	w := &catalogWatch{s: s, db: "d", nudge: make(chan struct{}, 1), use: useMark{last: t0}}
 	s.watches.Store("d", w)
-	steps := []struct {
-		at   time.Duration
-		ask  bool
-		idle bool
-	}{
+	runIdleSteps(t, t0, []idleStep{
 		{at: 59 * time.Second},
 		{at: 60 * time.Second, idle: true},
 		{at: 61 * time.Second, ask: true},
 		{at: 61 * time.Second},
 		{at: 120 * time.Second},
 		{at: 121 * time.Second, idle: true},
-	}
+	}, func(int) { s.CatalogEpochs("d") }, w.idle)
+}
+
+// idleStep is a step of runIdleSteps: at t0+at, after a use when ask, the
+// owner must find itself idle or not.
+type idleStep struct {
+	at        time.Duration
+	ask, idle bool
+}
+
+// runIdleSteps runs steps against ask (a use, given the step's index) and
+// idle (the owner's look at a time).
+func runIdleSteps(t *testing.T, t0 time.Time, steps []idleStep, ask func(step int), idle func(time.Time) bool) {
+	t.Helper()
 	for i, st := range steps {
 		if st.ask {
-			s.CatalogEpochs("d")
+			ask(i)
 		}
-		if got := w.idle(t0.Add(st.at)); got != st.idle {
+		if got := idle(t0.Add(st.at)); got != st.idle {
 			t.Fatalf("step %d (t0+%s, ask %v): idle = %v, want %v", i, st.at, st.ask, got, st.idle)
 		}
 	}
@@ -123,30 +132,20 @@ func TestClaimIdleCountsFromTheLastBatch(t *testing.T) {
 	s := &Service{cfg: Config{DatabaseIdle: time.Minute}, claims: map[string]*claim{}}
 	t0 := time.Unix(1_700_000_000, 0)
 	c := newClaim(s, "d")
-	c.lastUse, c.pending = t0, false
+	c.use.last, c.pending = t0, false
 	close(c.ready)
 	s.claims["d"] = c
-	steps := []struct {
-		at   time.Duration
-		ask  bool
-		idle bool
-	}{
+	runIdleSteps(t, t0, []idleStep{
 		{at: 59 * time.Second},
 		{at: 61 * time.Second, ask: true},
 		{at: 61 * time.Second},
 		{at: 120 * time.Second},
 		{at: 121 * time.Second, idle: true},
-	}
-	for i, st := range steps {
-		if st.ask {
-			if done, err := c.settled(); !done || err != nil {
-				t.Fatalf("step %d: settled = %v, %v before the release", i, done, err)
-			}
+	}, func(step int) {
+		if done, err := c.settled(); !done || err != nil {
+			t.Fatalf("step %d: settled = %v, %v before the release", step, done, err)
 		}
-		if got := c.stopIfIdle(t0.Add(st.at)); got != st.idle {
-			t.Fatalf("step %d (t0+%s, ask %v): stopped = %v, want %v", i, st.at, st.ask, got, st.idle)
-		}
-	}
+	}, c.stopIfIdle)
 	if _, inMap := s.claims["d"]; inMap {
 		t.Fatal("the released claim is still in the map")
 	}
