@@ -44,9 +44,12 @@ type clientPump struct {
 	// one named another than the BackendKeyData's (simpleprep.go).
 	serverSeen bool
 	pooled     bool
-	mirror     mirror
-	out        []byte // scratch for messages the client pump builds
-	vals       []plan.Value
+	// fbFree: names of fallback statements no record uses
+	// (fallbackstmt.go).
+	fbFree [][]byte
+	mirror mirror
+	out    []byte // scratch for messages the client pump builds
+	vals   []plan.Value
 	// fastIDs is how many of vals the fast path issued (ids.go), so that
 	// a local answer can count them in Stats.LocalIDs.
 	fastIDs int

@@ -36,7 +36,9 @@
 //   - position.go: error cursors in rewritten text mapped back to the
 //     client's text; errcontext.go: the shim's CONTEXT lines removed from
 //     errors and notices.
-//   - simple.go, extended.go: the two query protocols; queue.go: the FIFO
+//   - simple.go, extended.go: the two query protocols; fallbackstmt.go:
+//     the statements a client's prepared statement falls back to when the
+//     proxy leaves an ID to the server; queue.go: the FIFO
 //     of responses owed to the client; ids.go, mirror.go: generated values
 //     and the session state they depend on; local.go, extlocal.go: answers
 //     the proxy gives without the server; errors.go: typed errors and SQLSTATEs;
@@ -133,10 +135,15 @@
 //
 // # Extended protocol (extended.go)
 //
-// A Parse whose plan has ID slots is rendered as plan.Params: each slot
-// becomes an extra int8 parameter after the client's own. Every Bind of
-// such a statement appends freshly generated values in the client's
-// format; a Describe of it hides the extra parameters from the
+// A Parse whose plan has ID slots is rendered with each slot as an extra
+// int8 parameter after the client's own: the parameter alone
+// (plan.BoundParams) when the session reaches its server directly, the
+// parameter with the shim's call as its fallback (plan.Params) behind a
+// pooler. Every Bind of such a statement appends freshly generated values
+// in the client's format; one that leaves a slot to the server (a NULL)
+// binds, in the first case, to the statement's fallback statement, the
+// plan.Params rendering under a name of the proxy's (fallbackstmt.go). A
+// Describe of the statement hides the extra parameters from the
 // ParameterDescription. Records of statements and portals (named and
 // unnamed) follow Parse, Bind, Close, DEALLOCATE and DISCARD ALL.
 //
@@ -176,7 +183,8 @@
 // plain snowflake.nextval call, and the template gets a Nextval slot for
 // each omitted or DEFAULT item of such a column, filled like an explicit
 // call (an unfilled one renders as DEFAULT, or in the extended protocol
-// as COALESCE($n, snowflake.nextval(<that default's sequence>))). The
+// as COALESCE($n, snowflake.nextval(<that default's sequence>)), in the
+// statement or its fallback statement). The
 // session caches what it learned until its search_path, role or catalog
 // may have changed, or an epoch of Snowflakes.CatalogEpochs moves (DDL or
 // a role's privileges changed elsewhere); with catalog epoch 0 defaults

@@ -28,10 +28,15 @@ type stmtRec struct {
 	// ParseComplete. Shared state, touched only under shared.mu: the
 	// server pump sets it through the Parse's owed entry.
 	parsed parseConfirm
-	// bound: every execution binds a value to each Nextval slot (a
-	// statement the proxy prepared, simpleprep.go), so the template
-	// renders without the shim's fallback (plan.BoundParams).
-	bound bool
+	// bound: the template renders without the shim's fallback calls
+	// (plan.BoundParams): every execution binds a value to each Nextval
+	// slot (a statement the proxy prepared, simpleprep.go), or one that
+	// leaves a slot to the server binds to the fallback statement fb,
+	// prepared with fbTypes, the client's parameter types
+	// (fallbackstmt.go).
+	bound   bool
+	fb      *fallbackStmt
+	fbTypes []byte
 }
 
 // rendering is how the record's template is rendered in its Parse.
@@ -104,14 +109,18 @@ func (p *clientPump) parse() error {
 	}
 	// The Parse is handled here for good: record it.
 	if len(name) == 0 {
+		p.dropRecord(p.unnamed)
 		p.unnamed, p.stmtLive = rec, true
-	} else if rec != nil {
-		if p.stmts == nil {
-			p.stmts = map[string]*stmtRec{}
+	} else {
+		p.dropRecord(p.stmts[string(name)])
+		if rec != nil {
+			if p.stmts == nil {
+				p.stmts = map[string]*stmtRec{}
+			}
+			p.stmts[string(name)] = rec
+		} else if p.stmts != nil {
+			delete(p.stmts, string(name))
 		}
-		p.stmts[string(name)] = rec
-	} else if p.stmts != nil {
-		delete(p.stmts, string(name))
 	}
 	if rec == nil || rec.t == nil {
 		p.push(owed{kind: owedParse})
@@ -123,7 +132,14 @@ func (p *clientPump) parse() error {
 		p.push(owed{kind: owedParse})
 		return p.cr.pass(p.sw)
 	}
-	p.out = p.appendParse(p.out[:0], name, rec, msg.Types())
+	if rec.ids > 0 && p.bindsBound() {
+		rec.bound = true
+		rec.fbTypes = rec.types
+		if rec.fbTypes == nil && len(msg.Types()) > 0 {
+			rec.fbTypes = append([]byte(nil), msg.Types()...)
+		}
+	}
+	p.out = p.appendParse(p.out[:0], name, rec, msg.Types(), rec.rendering())
 	p.cr.consume()
 	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, rec.rendering()), confirm: &rec.parsed})
 	_, err = p.sw.Write(p.out)
@@ -142,12 +158,12 @@ func (rec *stmtRec) setTemplate(t *plan.Template) {
 	}
 }
 
-// appendParse appends a Parse of the statement's template: the client's
-// parameter types (4 bytes each), unspecified types up to base, then int8
-// for each injected parameter.
-func (p *clientPump) appendParse(dst, name []byte, rec *stmtRec, types []byte) []byte {
+// appendParse appends a Parse of the statement's template rendered as r:
+// the client's parameter types (4 bytes each), unspecified types up to
+// base, then int8 for each injected parameter.
+func (p *clientPump) appendParse(dst, name []byte, rec *stmtRec, types []byte, r plan.Rendering) []byte {
 	dst, start := pgmsg.BeginParse(dst, name)
-	dst = rec.t.Render(dst, rec.rendering(), rec.base, p.vals)
+	dst = rec.t.Render(dst, r, rec.base, p.vals)
 	dst = pgmsg.EndParseText(dst, rec.base+rec.ids)
 	dst = append(dst, types...)
 	for i := len(types) / 4; i < rec.base; i++ {
@@ -217,12 +233,17 @@ func (p *clientPump) bind() error {
 			return err
 		}
 	}
+	p.out = p.out[:0]
+	var fbConfirm *parseConfirm
+	if left && rec.bound {
+		msg.Statement, fbConfirm = p.appendFallbackPrep(rec)
+	}
 	var start int
-	p.out, start = msg.AppendWithParams(p.out[:0], rec.ids)
+	p.out, start = msg.AppendWithParams(p.out, rec.ids)
 	p.out = appendIDParams(p.out, rec.t, p.vals, msg.AppendedParamsBinary())
 	p.out = msg.FinishWithParams(p.out, start)
 	p.cr.consume()
-	p.push(owed{kind: owedBind})
+	p.push(owed{kind: owedBind, confirm: fbConfirm})
 	_, err = p.sw.Write(p.out)
 	return err
 }
@@ -310,9 +331,12 @@ func (p *clientPump) closeMsg() error {
 		switch msg.Kind {
 		case 'S':
 			if len(msg.Name) == 0 {
+				p.dropRecord(p.unnamed)
 				p.unnamed = nil
 			} else {
+				p.dropRecord(p.stmts[string(msg.Name)])
 				delete(p.stmts, string(msg.Name))
+				p.fallbacksDropped(msg.Name, false)
 			}
 		case 'P':
 			p.setPortal(msg.Name, nil, false)

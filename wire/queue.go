@@ -40,7 +40,9 @@ type owed struct {
 	copyCols int
 	// confirm: owedParse, owedHiddenParse: the confirmation of the
 	// record whose Parse this is, set at its ParseComplete (under
-	// shared.mu).
+	// shared.mu); owedBind of a Bind to a fallback statement: its
+	// confirmation, set at BindComplete, dropped at an error
+	// (fallbackstmt.go).
 	confirm *parseConfirm
 }
 

@@ -158,6 +158,11 @@ func (p *serverPump) handle(typ byte) error {
 					v := p.sh.copyView
 					cv = &v
 				}
+				if o.kind == owedBind && o.confirm != nil {
+					// A Bind to a fallback statement failed: the server may
+					// not have it (fallbackstmt.go).
+					o.confirm.ok = false
+				}
 				if o.kind.extended() {
 					// The server now skips to Sync; ready pops the rest.
 					p.sh.q.pop()

@@ -53,6 +53,11 @@ func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 		return nil
 	}
 	rec.setTemplate(t)
+	rec.unconfirmFallback()
+	if !rec.bound && rec.ids > 0 && p.bindsBound() {
+		// Parsed before the session knew its server (fallbackstmt.go).
+		rec.bound, rec.fbTypes = true, rec.types
+	}
 	// Close of the statement, then Parse under the same name.
 	p.out = pgmsg.AppendClose(p.out[:0], 'S', name)
 	p.push(owed{kind: owedHiddenClose})
@@ -60,7 +65,7 @@ func (p *clientPump) revalidate(name []byte, rec *stmtRec) error {
 		return err
 	}
 	p.vals = p.vals[:0]
-	p.out = p.appendParse(p.out[:0], name, rec, rec.types)
+	p.out = p.appendParse(p.out[:0], name, rec, rec.types, rec.rendering())
 	p.push(owed{kind: owedHiddenParse})
 	_, err = p.sw.Write(p.out)
 	return err

@@ -66,6 +66,7 @@ func (p *clientPump) query() error {
 			// For the client the Query destroyed the unnamed statement and
 			// portal; the server still has them (stmtLive, portalLive), so
 			// a later Bind of them must not be answered locally.
+			p.dropRecord(p.unnamed)
 			p.unnamed, p.unnamedPortal = nil, nil
 			return err
 		}
@@ -88,6 +89,7 @@ func (p *clientPump) query() error {
 // forwardedQuery records the effects of a Query sent to the server: it
 // destroys the unnamed statement and portal, and its plan's touches.
 func (p *clientPump) forwardedQuery(pl *plan.Plan) {
+	p.dropRecord(p.unnamed)
 	p.unnamed, p.stmtLive, p.unnamedPortal, p.portalLive = nil, false, nil, false
 	p.effects(pl)
 }
@@ -99,10 +101,13 @@ func (p *clientPump) forwardedQuery(pl *plan.Plan) {
 func (p *clientPump) effects(pl *plan.Plan) {
 	t := pl.Touches
 	if pl.DeallocateAll || (t&plan.TouchPrepared != 0 && pl.Deallocate == "") {
-		clear(p.stmts)
+		clear(p.stmts) // the server dropped their fallback statements too
 		clear(p.prepared)
+		p.fallbacksDropped(nil, true)
 	} else if pl.Deallocate != "" {
+		p.dropRecord(p.stmts[pl.Deallocate])
 		delete(p.stmts, pl.Deallocate)
+		p.fallbacksDropped([]byte(pl.Deallocate), false)
 		if strings.HasPrefix(pl.Deallocate, preparedQueryPrefix) {
 			p.forgetPrepared(pl.Deallocate) // simpleprep.go
 		}

@@ -104,7 +104,7 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	ids := t.IDSlots()
 	if !parsed {
 		pq.rec.t, pq.rec.ids = t, ids
-		p.out = p.appendParse(p.out, pq.name, &pq.rec, nil)
+		p.out = p.appendParse(p.out, pq.name, &pq.rec, nil, plan.BoundParams)
 		p.push(owed{kind: owedHiddenParse, pos: pm, confirm: &pq.rec.parsed})
 	}
 	var start int
@@ -117,6 +117,7 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: pm})
 	// For the client the Query destroyed the unnamed portal; the server
 	// has this one until Sync or, in a transaction block, its end.
+	p.dropRecord(p.unnamed)
 	p.unnamed, p.unnamedPortal, p.portalLive = nil, nil, true
 	p.effects(pl)
 	p.srv.stats.preparedInserts.Add(1)

@@ -1,0 +1,414 @@
+package tests
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// A client's prepared INSERT is sent to the server with its IDs as
+// parameters alone; an execution the proxy leaves to the shim binds to a
+// fallback statement of the proxy's (wire/fallbackstmt.go). The table's id
+// may be NULL: a NULL bound to the statement without the fallback calls
+// would be stored, not refused.
+const fallbackTable = `CREATE TABLE loose (id bigint DEFAULT snowflake.nextval(), payload text);
+	CREATE SEQUENCE other`
+
+const looseInsert = "INSERT INTO loose (payload) VALUES ($1) RETURNING id"
+
+// preparedTexts returns the server's prepared statements of conn's session
+// whose text starts with prefix, and those of the proxy's fallback
+// statements.
+func preparedTexts(t *testing.T, conn *pgx.Conn, prefix string) (client, fallback []string) {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `SELECT name, statement FROM pg_catalog.pg_prepared_statements ORDER BY name`,
+		pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, text string
+		if err := rows.Scan(&name, &text); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case strings.HasPrefix(name, "snowflake-proxy fallback "):
+			fallback = append(fallback, text)
+		case strings.HasPrefix(text, prefix):
+			client = append(client, text)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return client, fallback
+}
+
+// insertLeftToTheShim runs looseInsert n times in a transaction that set a
+// sequence first, where the proxy leaves IDs to the shim, and returns the
+// IDs and how often the shim issued.
+func insertLeftToTheShim(t *testing.T, conn *pgx.Conn, n int) ([]int64, int64) {
+	t.Helper()
+	var ids []int64
+	calls := shimCalls(t, conn, func() {
+		mustRun(t, conn, "SELECT setval('other', 5)")
+		for i := 0; i < n; i++ {
+			var id int64
+			if err := conn.QueryRow(context.Background(), looseInsert, "left").Scan(&id); err != nil {
+				t.Fatalf("INSERT in a transaction that set a sequence: %v", err)
+			}
+			ids = append(ids, id)
+		}
+	})
+	return ids, calls
+}
+
+func noNullIDs(t *testing.T, e *testEnv) {
+	t.Helper()
+	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM loose WHERE id IS NULL"); n != 0 {
+		t.Fatalf("%d rows of loose have a NULL id", n)
+	}
+}
+
+func TestClientPreparedInsertBindsItsIDsAlone(t *testing.T) {
+	e := newInsertEnv(t, fallbackTable)
+	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
+		if mode == pgx.QueryExecModeSimpleProtocol {
+			t.Skip("no Parse in the simple protocol")
+		}
+		conn := e.connect(t, mode)
+		waitFastDefaults(t, conn, "loose")
+		// A role changed by a test beside this one moves the privilege
+		// epoch, and the INSERT after it may take the server's default:
+		// retried until the proxy fills three in a row.
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var ids []int64
+			calls := shimCalls(t, conn, func() {
+				for i := 0; i < 3; i++ {
+					var id int64
+					if err := conn.QueryRow(context.Background(), looseInsert, "fast").Scan(&id); err != nil {
+						t.Fatal(err)
+					}
+					ids = append(ids, id)
+				}
+			})
+			checkIDs(t, "prepared INSERT", ids, insertNode)
+			if calls == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the shim still issued %d times for INSERTs the proxy fills after 15s", calls)
+			}
+		}
+		if mode != pgx.QueryExecModeCacheStatement {
+			return // unnamed statements: replaced by the next Parse
+		}
+		client, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload")
+		if len(client) != 1 || strings.Contains(client[0], "nextval") || !strings.Contains(client[0], "$2::int8") {
+			t.Errorf("the server's statement for the client's INSERT: %q, want the ID as the parameter $2 alone", client)
+		}
+		if len(fallback) != 0 {
+			t.Errorf("fallback statements prepared without a fallback: %q", fallback)
+		}
+	})
+	noNullIDs(t, e)
+}
+
+func TestClientPreparedInsertLeftToTheShimUsesItsFallbackStatement(t *testing.T) {
+	e := newInsertEnv(t, fallbackTable)
+	forEachMode(t, func(t *testing.T, mode pgx.QueryExecMode) {
+		if mode == pgx.QueryExecModeSimpleProtocol {
+			t.Skip("no Parse in the simple protocol")
+		}
+		conn := e.connect(t, mode)
+		waitFastDefaults(t, conn, "loose")
+		var all []int64
+		for round := 0; round < 3; round++ {
+			ids, calls := insertLeftToTheShim(t, conn, 3)
+			if calls == 0 {
+				t.Fatalf("round %d: the shim issued nothing in a transaction that set a sequence", round)
+			}
+			all = append(all, ids...)
+			_, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload")
+			if len(fallback) != 1 || !strings.Contains(fallback[0], "snowflake.nextval") {
+				t.Fatalf("round %d: fallback statements %q, want one with the shim's call", round, fallback)
+			}
+		}
+		checkIDs(t, "prepared INSERT left to the shim", all, insertNode)
+	})
+	noNullIDs(t, e)
+}
+
+// Regression guard: a fallback statement whose Close and Parse the server
+// skipped (an error earlier in the pipeline) is not taken for prepared:
+// the next execution prepares it again instead of binding to a statement
+// the server does not have.
+func TestFallbackStatementSkippedAfterAnErrorInThePipeline(t *testing.T) {
+	e := newInsertEnv(t, fallbackTable)
+	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
+	waitFastDefaults(t, conn, "loose")
+	ctx := context.Background()
+	// pgconn, not a pgx batch: pgx prepares its statements again after a
+	// failed batch, which would hide a record that went wrong.
+	pc := conn.PgConn()
+	if _, err := pc.Prepare(ctx, "ins", looseInsert, nil); err != nil {
+		t.Fatal(err)
+	}
+	run := func(sql string) {
+		t.Helper()
+		if _, err := pc.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	insert := func() (int64, error) {
+		res := pc.ExecPrepared(ctx, "ins", [][]byte{[]byte("x")}, nil, nil).Read()
+		if res.Err != nil {
+			return 0, res.Err
+		}
+		return strconv.ParseInt(string(res.Rows[0][0]), 10, 64)
+	}
+	if _, err := insert(); err != nil {
+		t.Fatal(err)
+	}
+	run("BEGIN; SELECT setval('other', 5)")
+	b := &pgconn.Batch{}
+	b.ExecParams("SELECT 1 / $1::int", [][]byte{[]byte("0")}, nil, nil, nil)
+	b.ExecPrepared("ins", [][]byte{[]byte("after an error")}, nil, nil)
+	_, err := pc.ExecBatch(ctx, b).ReadAll()
+	wantError(t, "SELECT 1 / 0 first in the pipeline", err, "22012", "division by zero")
+	run("ROLLBACK")
+	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 0 {
+		t.Fatalf("fallback statements after the skipped pipeline: %q", fallback)
+	}
+	run("BEGIN; SELECT setval('other', 5)")
+	var ids []int64
+	for i := 0; i < 2; i++ {
+		id, err := insert()
+		if err != nil {
+			t.Fatalf("INSERT left to the shim after the skipped pipeline: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	run("COMMIT")
+	checkIDs(t, "prepared INSERT left to the shim", ids, insertNode)
+	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 1 {
+		t.Errorf("fallback statements: %q, want one", fallback)
+	}
+	noNullIDs(t, e)
+}
+
+// A fallback statement pipelined behind a statement still running in the
+// shim (FallbackShimRunning): both in one batch, the second bound before
+// the first is answered.
+func TestFallbackStatementInAPipeline(t *testing.T) {
+	e := newInsertEnv(t, fallbackTable)
+	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
+	waitFastDefaults(t, conn, "loose")
+	ctx := context.Background()
+	// Both statements prepared first, at safe points, where the INSERT
+	// gets its ID slot: the batch then sends only Binds.
+	const perRow = "SELECT snowflake.nextval() FROM generate_series(1, $1::int)"
+	mustRun(t, conn, perRow, 1)
+	var warm int64
+	if err := conn.QueryRow(ctx, looseInsert, "warm").Scan(&warm); err != nil {
+		t.Fatal(err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(perRow, 3)
+	for i := 0; i < 3; i++ {
+		b.Queue(looseInsert, "pipelined")
+	}
+	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for i := 0; i < 3; i++ {
+		var id int64
+		if err := br.QueryRow().Scan(&id); err != nil {
+			t.Fatalf("pipelined INSERT %d: %v", i, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkIDs(t, "pipelined prepared INSERT", ids, insertNode)
+	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 1 {
+		t.Errorf("fallback statements after the pipeline: %q, want one", fallback)
+	}
+	noNullIDs(t, e)
+}
+
+// A client that deallocates the proxy's fallback statement (by name, or
+// with DEALLOCATE ALL) does not break the next execution left to the shim.
+func TestFallbackStatementDeallocatedByTheClient(t *testing.T) {
+	e := newInsertEnv(t, fallbackTable)
+	ctx := context.Background()
+	t.Run("by_name", func(t *testing.T) {
+		conn := e.connect(t, pgx.QueryExecModeCacheStatement)
+		waitFastDefaults(t, conn, "loose")
+		insertLeftToTheShim(t, conn, 1)
+		var name string
+		if err := conn.QueryRow(ctx, `SELECT name FROM pg_catalog.pg_prepared_statements
+			WHERE name LIKE 'snowflake-proxy fallback %'`, pgx.QueryExecModeSimpleProtocol).Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		mustRun(t, conn, "DEALLOCATE "+strconv.Quote(name))
+		ids, _ := insertLeftToTheShim(t, conn, 2)
+		checkIDs(t, "prepared INSERT after DEALLOCATE of its fallback", ids, insertNode)
+	})
+	t.Run("all_unnamed", func(t *testing.T) {
+		conn := e.connect(t, pgx.QueryExecModeCacheStatement)
+		waitFastDefaults(t, conn, "loose")
+		pc := conn.PgConn()
+		exec := func(stmt string, args ...string) string {
+			t.Helper()
+			params := make([][]byte, len(args))
+			for i, a := range args {
+				params[i] = []byte(a)
+			}
+			res := pc.ExecPrepared(ctx, stmt, params, nil, nil).Read()
+			if res.Err != nil {
+				t.Fatalf("execute %q: %v", stmt, res.Err)
+			}
+			if len(res.Rows) == 1 {
+				return string(res.Rows[0][0])
+			}
+			return ""
+		}
+		prepare := func(name, sql string) {
+			t.Helper()
+			if _, err := pc.Prepare(ctx, name, sql, nil); err != nil {
+				t.Fatalf("prepare %q: %v", sql, err)
+			}
+		}
+		// Statements the client keeps across the DEALLOCATE ALL are
+		// unnamed: a Query would destroy the unnamed statement.
+		if _, err := pc.Exec(ctx, "BEGIN").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		prepare("", "SELECT setval('other', 6)")
+		exec("")
+		prepare("", looseInsert)
+		first := exec("", "before")
+		prepare("d", "DEALLOCATE ALL")
+		exec("d")
+		second := exec("", "after")
+		if _, err := pc.Exec(ctx, "COMMIT").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, s := range []string{first, second} {
+			id, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				t.Fatalf("id %q: %v", s, err)
+			}
+			ids = append(ids, id)
+		}
+		checkIDs(t, "unnamed INSERT across DEALLOCATE ALL", ids, insertNode)
+	})
+	noNullIDs(t, e)
+}
+
+// A fallback statement dropped where the proxy cannot see it (DEALLOCATE
+// run by a function) fails at most the next execution that binds to it:
+// the error drops the confirmation, and the one after prepares it again.
+func TestFallbackStatementDroppedUnseenIsPreparedAgain(t *testing.T) {
+	e := newInsertEnv(t, fallbackTable)
+	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
+	waitFastDefaults(t, conn, "loose")
+	ctx := context.Background()
+	pc := conn.PgConn()
+	if _, err := pc.Prepare(ctx, "ins", looseInsert, nil); err != nil {
+		t.Fatal(err)
+	}
+	run := func(sql string) {
+		t.Helper()
+		if _, err := pc.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	insert := func() (int64, error) {
+		res := pc.ExecPrepared(ctx, "ins", [][]byte{[]byte("unseen")}, nil, nil).Read()
+		if res.Err != nil {
+			return 0, res.Err
+		}
+		return strconv.ParseInt(string(res.Rows[0][0]), 10, 64)
+	}
+	run("BEGIN; SELECT setval('other', 5)")
+	if _, err := insert(); err != nil {
+		t.Fatal(err)
+	}
+	run("COMMIT")
+	_, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload")
+	if len(fallback) != 1 {
+		t.Fatalf("fallback statements: %q, want one", fallback)
+	}
+	run(`DO $$ DECLARE n text; BEGIN
+		SELECT name INTO n FROM pg_catalog.pg_prepared_statements WHERE name LIKE 'snowflake-proxy fallback %';
+		EXECUTE pg_catalog.format('DEALLOCATE %I', n);
+	END $$`)
+	failures := 0
+	for attempt := 0; attempt < 2; attempt++ {
+		run("BEGIN; SELECT setval('other', 5)")
+		id, err := insert()
+		if err == nil {
+			run("COMMIT")
+			checkIDs(t, "INSERT after the fallback statement was dropped", []int64{id}, insertNode)
+			break
+		}
+		wantError(t, "the first INSERT after the fallback statement was dropped", err, "26000", "does not exist")
+		run("ROLLBACK")
+		failures++
+	}
+	if failures > 1 {
+		t.Fatalf("the fallback statement was not prepared again")
+	}
+	noNullIDs(t, e)
+}
+
+// Regression: a simple Query destroys the client's unnamed statement, and
+// its record went without giving its fallback name back: each unnamed
+// INSERT left to the shim between Queries left one more fallback
+// statement on the server, for the life of the session.
+func TestUnnamedFallbackStatementsDoNotPileUp(t *testing.T) {
+	e := newInsertEnv(t, fallbackTable)
+	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
+	waitFastDefaults(t, conn, "loose")
+	ctx := context.Background()
+	pc := conn.PgConn()
+	var ids []int64
+	for i := 0; i < 4; i++ {
+		if _, err := pc.Exec(ctx, "BEGIN; SELECT setval('other', 5)").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pc.Prepare(ctx, "", looseInsert, nil); err != nil {
+			t.Fatal(err)
+		}
+		res := pc.ExecPrepared(ctx, "", [][]byte{[]byte("unnamed")}, nil, nil).Read()
+		if res.Err != nil {
+			t.Fatalf("unnamed INSERT left to the shim: %v", res.Err)
+		}
+		id, err := strconv.ParseInt(string(res.Rows[0][0]), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		if _, err := pc.Exec(ctx, "COMMIT").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkIDs(t, "unnamed INSERTs left to the shim", ids, insertNode)
+	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 1 {
+		t.Errorf("%d fallback statements after 4 unnamed INSERTs between Queries, want 1", len(fallback))
+	}
+	noNullIDs(t, e)
+}
