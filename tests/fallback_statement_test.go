@@ -69,6 +69,67 @@ func insertLeftToTheShim(t *testing.T, conn *pgx.Conn, n int) ([]int64, int64) {
 	return ids, calls
 }
 
+// newFallbackEnv is newInsertEnv with fallbackTable and a session
+// (pgx's default mode) whose INSERTs into loose the proxy fills.
+func newFallbackEnv(t *testing.T) (*testEnv, *pgx.Conn) {
+	t.Helper()
+	e := newInsertEnv(t, fallbackTable)
+	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
+	waitFastDefaults(t, conn, "loose")
+	return e, conn
+}
+
+// rawSession drives a connection through pgconn, statement by statement:
+// named and unnamed statements stay as the test made them (pgx would
+// prepare its own again after a failed batch).
+type rawSession struct {
+	t  *testing.T
+	pc *pgconn.PgConn
+}
+
+func newRawSession(t *testing.T, conn *pgx.Conn) *rawSession {
+	return &rawSession{t: t, pc: conn.PgConn()}
+}
+
+// run sends sql as a simple Query.
+func (r *rawSession) run(sql string) {
+	r.t.Helper()
+	if _, err := r.pc.Exec(context.Background(), sql).ReadAll(); err != nil {
+		r.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (r *rawSession) prepare(name, sql string) {
+	r.t.Helper()
+	if _, err := r.pc.Prepare(context.Background(), name, sql, nil); err != nil {
+		r.t.Fatalf("prepare %q: %v", sql, err)
+	}
+}
+
+// exec executes statement stmt with text arguments and returns the first
+// column of its one row as an integer (0 without a row).
+func (r *rawSession) exec(stmt string, args ...string) (int64, error) {
+	params := make([][]byte, len(args))
+	for i, a := range args {
+		params[i] = []byte(a)
+	}
+	res := r.pc.ExecPrepared(context.Background(), stmt, params, nil, nil).Read()
+	if res.Err != nil || len(res.Rows) != 1 {
+		return 0, res.Err
+	}
+	return strconv.ParseInt(string(res.Rows[0][0]), 10, 64)
+}
+
+// mustExec is exec that fails the test on an error.
+func (r *rawSession) mustExec(stmt string, args ...string) int64 {
+	r.t.Helper()
+	v, err := r.exec(stmt, args...)
+	if err != nil {
+		r.t.Fatalf("execute %q: %v", stmt, err)
+	}
+	return v
+}
+
 func noNullIDs(t *testing.T, e *testEnv) {
 	t.Helper()
 	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM loose WHERE id IS NULL"); n != 0 {
@@ -151,52 +212,30 @@ func TestClientPreparedInsertLeftToTheShimUsesItsFallbackStatement(t *testing.T)
 // the next execution prepares it again instead of binding to a statement
 // the server does not have.
 func TestFallbackStatementSkippedAfterAnErrorInThePipeline(t *testing.T) {
-	e := newInsertEnv(t, fallbackTable)
-	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
-	waitFastDefaults(t, conn, "loose")
-	ctx := context.Background()
-	// pgconn, not a pgx batch: pgx prepares its statements again after a
-	// failed batch, which would hide a record that went wrong.
-	pc := conn.PgConn()
-	if _, err := pc.Prepare(ctx, "ins", looseInsert, nil); err != nil {
-		t.Fatal(err)
-	}
-	run := func(sql string) {
-		t.Helper()
-		if _, err := pc.Exec(ctx, sql).ReadAll(); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	insert := func() (int64, error) {
-		res := pc.ExecPrepared(ctx, "ins", [][]byte{[]byte("x")}, nil, nil).Read()
-		if res.Err != nil {
-			return 0, res.Err
-		}
-		return strconv.ParseInt(string(res.Rows[0][0]), 10, 64)
-	}
-	if _, err := insert(); err != nil {
-		t.Fatal(err)
-	}
-	run("BEGIN; SELECT setval('other', 5)")
+	e, conn := newFallbackEnv(t)
+	r := newRawSession(t, conn)
+	r.prepare("ins", looseInsert)
+	r.mustExec("ins", "x")
+	r.run("BEGIN; SELECT setval('other', 5)")
 	b := &pgconn.Batch{}
 	b.ExecParams("SELECT 1 / $1::int", [][]byte{[]byte("0")}, nil, nil, nil)
 	b.ExecPrepared("ins", [][]byte{[]byte("after an error")}, nil, nil)
-	_, err := pc.ExecBatch(ctx, b).ReadAll()
+	_, err := r.pc.ExecBatch(context.Background(), b).ReadAll()
 	wantError(t, "SELECT 1 / 0 first in the pipeline", err, "22012", "division by zero")
-	run("ROLLBACK")
+	r.run("ROLLBACK")
 	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 0 {
 		t.Fatalf("fallback statements after the skipped pipeline: %q", fallback)
 	}
-	run("BEGIN; SELECT setval('other', 5)")
+	r.run("BEGIN; SELECT setval('other', 5)")
 	var ids []int64
 	for i := 0; i < 2; i++ {
-		id, err := insert()
+		id, err := r.exec("ins", "x")
 		if err != nil {
 			t.Fatalf("INSERT left to the shim after the skipped pipeline: %v", err)
 		}
 		ids = append(ids, id)
 	}
-	run("COMMIT")
+	r.run("COMMIT")
 	checkIDs(t, "prepared INSERT left to the shim", ids, insertNode)
 	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 1 {
 		t.Errorf("fallback statements: %q, want one", fallback)
@@ -208,9 +247,7 @@ func TestFallbackStatementSkippedAfterAnErrorInThePipeline(t *testing.T) {
 // shim (FallbackShimRunning): both in one batch, the second bound before
 // the first is answered.
 func TestFallbackStatementInAPipeline(t *testing.T) {
-	e := newInsertEnv(t, fallbackTable)
-	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
-	waitFastDefaults(t, conn, "loose")
+	e, conn := newFallbackEnv(t)
 	ctx := context.Background()
 	// Both statements prepared first, at safe points, where the INSERT
 	// gets its ID slot: the batch then sends only Binds.
@@ -268,51 +305,19 @@ func TestFallbackStatementDeallocatedByTheClient(t *testing.T) {
 	t.Run("all_unnamed", func(t *testing.T) {
 		conn := e.connect(t, pgx.QueryExecModeCacheStatement)
 		waitFastDefaults(t, conn, "loose")
-		pc := conn.PgConn()
-		exec := func(stmt string, args ...string) string {
-			t.Helper()
-			params := make([][]byte, len(args))
-			for i, a := range args {
-				params[i] = []byte(a)
-			}
-			res := pc.ExecPrepared(ctx, stmt, params, nil, nil).Read()
-			if res.Err != nil {
-				t.Fatalf("execute %q: %v", stmt, res.Err)
-			}
-			if len(res.Rows) == 1 {
-				return string(res.Rows[0][0])
-			}
-			return ""
-		}
-		prepare := func(name, sql string) {
-			t.Helper()
-			if _, err := pc.Prepare(ctx, name, sql, nil); err != nil {
-				t.Fatalf("prepare %q: %v", sql, err)
-			}
-		}
+		r := newRawSession(t, conn)
 		// Statements the client keeps across the DEALLOCATE ALL are
 		// unnamed: a Query would destroy the unnamed statement.
-		if _, err := pc.Exec(ctx, "BEGIN").ReadAll(); err != nil {
-			t.Fatal(err)
-		}
-		prepare("", "SELECT setval('other', 6)")
-		exec("")
-		prepare("", looseInsert)
-		first := exec("", "before")
-		prepare("d", "DEALLOCATE ALL")
-		exec("d")
-		second := exec("", "after")
-		if _, err := pc.Exec(ctx, "COMMIT").ReadAll(); err != nil {
-			t.Fatal(err)
-		}
-		var ids []int64
-		for _, s := range []string{first, second} {
-			id, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				t.Fatalf("id %q: %v", s, err)
-			}
-			ids = append(ids, id)
-		}
+		r.run("BEGIN")
+		r.prepare("", "SELECT setval('other', 6)")
+		r.mustExec("")
+		r.prepare("", looseInsert)
+		first := r.mustExec("", "before")
+		r.prepare("d", "DEALLOCATE ALL")
+		r.mustExec("d")
+		second := r.mustExec("", "after")
+		r.run("COMMIT")
+		ids := []int64{first, second}
 		checkIDs(t, "unnamed INSERT across DEALLOCATE ALL", ids, insertNode)
 	})
 	noNullIDs(t, e)
@@ -322,51 +327,31 @@ func TestFallbackStatementDeallocatedByTheClient(t *testing.T) {
 // run by a function) fails at most the next execution that binds to it:
 // the error drops the confirmation, and the one after prepares it again.
 func TestFallbackStatementDroppedUnseenIsPreparedAgain(t *testing.T) {
-	e := newInsertEnv(t, fallbackTable)
-	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
-	waitFastDefaults(t, conn, "loose")
-	ctx := context.Background()
-	pc := conn.PgConn()
-	if _, err := pc.Prepare(ctx, "ins", looseInsert, nil); err != nil {
-		t.Fatal(err)
-	}
-	run := func(sql string) {
-		t.Helper()
-		if _, err := pc.Exec(ctx, sql).ReadAll(); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	insert := func() (int64, error) {
-		res := pc.ExecPrepared(ctx, "ins", [][]byte{[]byte("unseen")}, nil, nil).Read()
-		if res.Err != nil {
-			return 0, res.Err
-		}
-		return strconv.ParseInt(string(res.Rows[0][0]), 10, 64)
-	}
-	run("BEGIN; SELECT setval('other', 5)")
-	if _, err := insert(); err != nil {
-		t.Fatal(err)
-	}
-	run("COMMIT")
+	e, conn := newFallbackEnv(t)
+	r := newRawSession(t, conn)
+	r.prepare("ins", looseInsert)
+	r.run("BEGIN; SELECT setval('other', 5)")
+	r.mustExec("ins", "unseen")
+	r.run("COMMIT")
 	_, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload")
 	if len(fallback) != 1 {
 		t.Fatalf("fallback statements: %q, want one", fallback)
 	}
-	run(`DO $$ DECLARE n text; BEGIN
+	r.run(`DO $$ DECLARE n text; BEGIN
 		SELECT name INTO n FROM pg_catalog.pg_prepared_statements WHERE name LIKE 'snowflake-proxy fallback %';
 		EXECUTE pg_catalog.format('DEALLOCATE %I', n);
 	END $$`)
 	failures := 0
 	for attempt := 0; attempt < 2; attempt++ {
-		run("BEGIN; SELECT setval('other', 5)")
-		id, err := insert()
+		r.run("BEGIN; SELECT setval('other', 5)")
+		id, err := r.exec("ins", "unseen")
 		if err == nil {
-			run("COMMIT")
+			r.run("COMMIT")
 			checkIDs(t, "INSERT after the fallback statement was dropped", []int64{id}, insertNode)
 			break
 		}
 		wantError(t, "the first INSERT after the fallback statement was dropped", err, "26000", "does not exist")
-		run("ROLLBACK")
+		r.run("ROLLBACK")
 		failures++
 	}
 	if failures > 1 {
@@ -380,31 +365,14 @@ func TestFallbackStatementDroppedUnseenIsPreparedAgain(t *testing.T) {
 // INSERT left to the shim between Queries left one more fallback
 // statement on the server, for the life of the session.
 func TestUnnamedFallbackStatementsDoNotPileUp(t *testing.T) {
-	e := newInsertEnv(t, fallbackTable)
-	conn := e.connect(t, pgx.QueryExecModeCacheStatement)
-	waitFastDefaults(t, conn, "loose")
-	ctx := context.Background()
-	pc := conn.PgConn()
+	e, conn := newFallbackEnv(t)
+	r := newRawSession(t, conn)
 	var ids []int64
 	for i := 0; i < 4; i++ {
-		if _, err := pc.Exec(ctx, "BEGIN; SELECT setval('other', 5)").ReadAll(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pc.Prepare(ctx, "", looseInsert, nil); err != nil {
-			t.Fatal(err)
-		}
-		res := pc.ExecPrepared(ctx, "", [][]byte{[]byte("unnamed")}, nil, nil).Read()
-		if res.Err != nil {
-			t.Fatalf("unnamed INSERT left to the shim: %v", res.Err)
-		}
-		id, err := strconv.ParseInt(string(res.Rows[0][0]), 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-		if _, err := pc.Exec(ctx, "COMMIT").ReadAll(); err != nil {
-			t.Fatal(err)
-		}
+		r.run("BEGIN; SELECT setval('other', 5)")
+		r.prepare("", looseInsert)
+		ids = append(ids, r.mustExec("", "unnamed"))
+		r.run("COMMIT")
 	}
 	checkIDs(t, "unnamed INSERTs left to the shim", ids, insertNode)
 	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 1 {
