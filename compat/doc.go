@@ -11,8 +11,9 @@
 //     versions it installs and updates along; sql/repair.sql is the
 //     sequence repair of pgEdge's update to 2.5.0;
 //   - the lease store (leasestore.go): generator.LeaseStore on a small pgx
-//     pool per database (service.go), reserving windows of positions through
-//     the shim's snowflake._lease function, one round trip per lease;
+//     pool per database (pools.go: closed once unused for DatabaseIdle),
+//     reserving windows of positions through the shim's snowflake._lease
+//     function, one round trip per lease;
 //   - the node claim (claim.go, claimdb.go): one session advisory lock per
 //     database on a dedicated control connection, so two live proxies with
 //     one node id on one database are reported instead of silently issuing

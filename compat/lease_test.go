@@ -219,12 +219,13 @@ func TestServiceControlSessions(t *testing.T) {
 	url := newDB(t)
 	c := connect(t, url)
 	svc := newService(t, url, 0, nil)
-	p, err := svc.pool(dbName(t, c))
+	cp, err := svc.acquirePool(dbName(t, c))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer svc.releasePool(cp)
 	var sc string
-	if err := p.QueryRow(ctxT(t), "SHOW synchronous_commit").Scan(&sc); err != nil || sc != "on" {
+	if err := cp.p.QueryRow(ctxT(t), "SHOW synchronous_commit").Scan(&sc); err != nil || sc != "on" {
 		t.Fatalf("control sessions run with synchronous_commit %q (%v): leases would not be durable", sc, err)
 	}
 	// Without the shim the fast path declines with a clear error.

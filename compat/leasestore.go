@@ -25,9 +25,11 @@ const DefaultLeaseTimeout = 10 * time.Second
 // or one older than this proxy (without the _lease it calls).
 var ErrNoShim = errors.New("compat: the snowflake shim is not installed in this database, or predates this proxy (ALTER EXTENSION snowflake UPDATE)")
 
-// poolSource gives the control pool of a database.
+// poolSource gives the control pool of a database for one use
+// (Service: pools.go).
 type poolSource interface {
-	pool(database string) (*pgxpool.Pool, error)
+	acquirePool(database string) (*controlPool, error)
+	releasePool(cp *controlPool)
 }
 
 // LeaseStore implements generator.LeaseStore on PostgreSQL through the
@@ -57,7 +59,15 @@ func NewLeaseStore(pool func(database string) (*pgxpool.Pool, error)) *LeaseStor
 
 type poolFunc func(database string) (*pgxpool.Pool, error)
 
-func (f poolFunc) pool(database string) (*pgxpool.Pool, error) { return f(database) }
+func (f poolFunc) acquirePool(database string) (*controlPool, error) {
+	p, err := f(database)
+	if err != nil {
+		return nil, err
+	}
+	return &controlPool{p: p}, nil
+}
+
+func (f poolFunc) releasePool(*controlPool) {}
 
 const leaseQuery = `SELECT lo_pos, hi_pos, floor_pos, server_ms FROM snowflake._lease($1::pg_catalog.oid::pg_catalog.regclass, $2::pg_catalog.int4, $3::pg_catalog.int8, $4::pg_catalog.int8, $5::pg_catalog.int8)`
 
@@ -70,15 +80,16 @@ func (l *LeaseStore) Lease(ctx context.Context, key generator.Key, prevHi, wantH
 	if err := l.shimKnownMissing(key.Database); err != nil {
 		return generator.Lease{}, err
 	}
-	p, err := l.pools.pool(key.Database)
+	cp, err := l.pools.acquirePool(key.Database)
 	if err != nil {
 		return generator.Lease{}, err
 	}
+	defer l.pools.releasePool(cp)
 	ctx, cancel := context.WithTimeout(ctx, l.timeout())
 	defer cancel()
 	var lease generator.Lease
 	var serverMs int64
-	if err := p.QueryRow(ctx, leaseQuery, key.Seq, int32(key.Node), prevHi, wantHi, issued).Scan(&lease.Lo, &lease.Hi, &lease.Floor, &serverMs); err != nil {
+	if err := cp.p.QueryRow(ctx, leaseQuery, key.Seq, int32(key.Node), prevHi, wantHi, issued).Scan(&lease.Lo, &lease.Hi, &lease.Floor, &serverMs); err != nil {
 		return generator.Lease{}, l.wrap(key, "lease", err)
 	}
 	if l.serverClock != nil {
@@ -95,13 +106,14 @@ func (l *LeaseStore) Release(ctx context.Context, key generator.Key, hi, issued 
 	if err := l.shimKnownMissing(key.Database); err != nil {
 		return err
 	}
-	p, err := l.pools.pool(key.Database)
+	cp, err := l.pools.acquirePool(key.Database)
 	if err != nil {
 		return err
 	}
+	defer l.pools.releasePool(cp)
 	ctx, cancel := context.WithTimeout(ctx, l.timeout())
 	defer cancel()
-	if _, err := p.Exec(ctx, releaseQuery, key.Seq, int32(key.Node), hi, issued); err != nil {
+	if _, err := cp.p.Exec(ctx, releaseQuery, key.Seq, int32(key.Node), hi, issued); err != nil {
 		return l.wrap(key, "release", err)
 	}
 	return nil

@@ -64,8 +64,9 @@ type Config struct {
 	NodeCheck func() error
 	// DatabaseIdle is how long a database's catalog watch and node claim,
 	// each with its connection, stay after sessions last used them (asked
-	// for the catalog epochs, issued a fast-path batch); the next use
-	// starts them again. 0: DefaultDatabaseIdle.
+	// for the catalog epochs, issued a fast-path batch), and its control
+	// pool after its last lease or release; the next use starts them
+	// again. 0: DefaultDatabaseIdle.
 	DatabaseIdle time.Duration
 }
 
@@ -80,13 +81,14 @@ type Service struct {
 	store   *LeaseStore
 	closing bool
 
-	mu     sync.Mutex // guards pools, claims, closing
-	pools  map[string]*pgxpool.Pool
-	claims map[string]*claim
+	mu      sync.Mutex              // guards pools, reaping, claims, closing
+	pools   map[string]*controlPool // pools.go
+	reaping bool                    // reapPools runs
+	claims  map[string]*claim
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // claim heartbeats, catalog watches
+	wg     sync.WaitGroup // claim heartbeats, catalog watches, reapPools
 
 	watches sync.Map // database -> *catalogWatch (catalog_epoch.go)
 	// catalogEpochs and privEpochs hand out the values of every watch's
@@ -135,7 +137,7 @@ func New(cfg Config) (*Service, error) {
 		cfg:    cfg,
 		log:    log.With("component", "compat"),
 		base:   base,
-		pools:  map[string]*pgxpool.Pool{},
+		pools:  map[string]*controlPool{},
 		claims: map[string]*claim{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -266,28 +268,6 @@ func (s *Service) ExtensionChanged(database string) {
 	}
 }
 
-// pool returns the control pool of database, creating it on first use.
-// While the Service closes, pools that exist stay usable (the generator
-// reports its last IDs through them) and no new one is made.
-func (s *Service) pool(database string) (*pgxpool.Pool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p := s.pools[database]; p != nil {
-		return p, nil
-	}
-	if s.closing {
-		return nil, ErrClosed
-	}
-	cfg := s.base.Copy()
-	cfg.ConnConfig.Database = database
-	p, err := pgxpool.NewWithConfig(s.ctx, cfg) // connects lazily
-	if err != nil {
-		return nil, fmt.Errorf("compat: pool for %q: %w", database, err)
-	}
-	s.pools[database] = p
-	return p, nil
-}
-
 // claim returns the node claim of database, starting it on first use.
 func (s *Service) claim(database string) (*claim, error) {
 	s.mu.Lock()
@@ -326,8 +306,8 @@ func (s *Service) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = errors.Join(err, fmt.Errorf("compat: close: %w", ctx.Err()))
 	}
-	for _, p := range pools {
-		p.Close()
+	for _, cp := range pools {
+		cp.p.Close()
 	}
 	return err
 }
