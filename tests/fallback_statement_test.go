@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // A client's prepared INSERT is sent to the server with its IDs as
@@ -16,7 +17,7 @@ import (
 // fallback statement of the proxy's (wire/fallbackstmt.go). The table's id
 // may be NULL: a NULL bound to the statement without the fallback calls
 // would be stored, not refused.
-const fallbackTable = `CREATE TABLE loose (id bigint DEFAULT snowflake.nextval(), payload text);
+const fallbackTable = `CREATE TABLE loose (id bigint DEFAULT snowflake.nextval(), payload text CHECK (payload <> 'bad'));
 	CREATE SEQUENCE other`
 
 const looseInsert = "INSERT INTO loose (payload) VALUES ($1) RETURNING id"
@@ -378,5 +379,64 @@ func TestUnnamedFallbackStatementsDoNotPileUp(t *testing.T) {
 	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 1 {
 		t.Errorf("%d fallback statements after 4 unnamed INSERTs between Queries, want 1", len(fallback))
 	}
+	noNullIDs(t, e)
+}
+
+// sendRaw writes msgs in one flush and reads until n ReadyForQuery,
+// returning the SQLSTATEs of the errors seen.
+func (r *rawSession) sendRaw(n int, msgs ...pgproto3.FrontendMessage) []string {
+	r.t.Helper()
+	fe := r.pc.Frontend()
+	for _, m := range msgs {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		r.t.Fatal(err)
+	}
+	var codes []string
+	for n > 0 {
+		m, err := fe.Receive()
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			codes = append(codes, m.Code)
+		case *pgproto3.ReadyForQuery:
+			n--
+		}
+	}
+	return codes
+}
+
+// Regression (found in review): two executions left to the shim, each
+// with its Sync, sent before the server answered the first, both sent a
+// Close and a Parse of the fallback statement. The first one's
+// ParseComplete confirmed it; the second one's Close dropped it and its
+// Parse failed (the first execution had aborted the transaction). The
+// confirmation stayed, and the next valid execution left to the shim
+// failed with 26000.
+func TestFallbackStatementConfirmationOfAnEarlierParse(t *testing.T) {
+	e, conn := newFallbackEnv(t)
+	r := newRawSession(t, conn)
+	r.prepare("ins", looseInsert)
+	r.mustExec("ins", "warm")
+	r.run("BEGIN; SELECT setval('other', 5)")
+	codes := r.sendRaw(2,
+		&pgproto3.Bind{PreparedStatement: "ins", Parameters: [][]byte{[]byte("bad")}},
+		&pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.Bind{PreparedStatement: "ins", Parameters: [][]byte{[]byte("good")}},
+		&pgproto3.Execute{}, &pgproto3.Sync{})
+	if len(codes) != 2 || codes[0] != "23514" || codes[1] != "25P02" {
+		t.Fatalf("pipeline errors %q, want the check's 23514, then 25P02", codes)
+	}
+	r.run("ROLLBACK")
+	r.run("BEGIN; SELECT setval('other', 5)")
+	id, err := r.exec("ins", "valid")
+	if err != nil {
+		t.Fatalf("a valid execution left to the shim failed: %v", err)
+	}
+	r.run("COMMIT")
+	checkIDs(t, "INSERT left to the shim", []int64{id}, insertNode)
 	noNullIDs(t, e)
 }

@@ -25,12 +25,16 @@ import (
 // The fallback statement is prepared by a Close and a Parse sent before
 // such a Bind, whose responses the server pump swallows, and again before
 // the next such Bind until the server confirmed it (ParseComplete, or a
-// BindComplete of a Bind to it; an error answering a Bind to it drops the
-// confirmation). That holds anywhere in a pipeline: after an earlier error
-// the server skips the Close, the Parse and the Bind together, and the
-// Close makes the Parse valid whatever the server holds under the name.
-// So a Bind with a NULL for an ID never reaches the statement without the
-// fallback calls, where it would insert the NULL.
+// BindComplete of a Bind to it; an error answering a Bind to it or the
+// Parse drops the confirmation: once the Close before that Parse ran, the
+// server has no such statement). That holds anywhere in a pipeline: after
+// an earlier error the server skips the Close, the Parse and the Bind
+// together, and the Close makes the Parse valid whatever the server holds
+// under the name. So a Bind with a NULL for an ID never reaches the
+// statement without the fallback calls, where it would insert the NULL.
+// A client that parses its unnamed statement at every execution makes a
+// new record each time: each of its executions left to the server costs
+// that Close and Parse too.
 //
 // Names are "snowflake-proxy fallback T.N" (T and N as simpleprep.go's).
 // A record that goes (Close, DEALLOCATE, an unnamed statement replaced)

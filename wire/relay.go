@@ -158,8 +158,11 @@ func (p *serverPump) handle(typ byte) error {
 					v := p.sh.copyView
 					cv = &v
 				}
-				if o.kind == owedBind && o.confirm != nil {
-					// A Bind to a fallback statement failed: the server may
+				if (o.kind == owedBind || o.kind == owedHiddenParse) && o.confirm != nil {
+					// A Bind to a fallback statement failed, or a Parse
+					// whose Close ran (regression: a second pipelined Close
+					// and Parse, after the first one's confirmation, left
+					// the server without the statement): the server may
 					// not have it (fallbackstmt.go).
 					o.confirm.ok = false
 				}
