@@ -20,7 +20,7 @@ import (
 type controlPool struct {
 	p       *pgxpool.Pool
 	users   int       // uses running (acquirePool without releasePool)
-	lastUse time.Time // end of the last use, or the pool's creation
+	lastUse time.Time // when the last use ended
 }
 
 // acquirePool returns the control pool of database, creating it on first
