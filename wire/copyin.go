@@ -199,8 +199,8 @@ func (p *clientPump) copyQuery(pl *plan.Plan) (done bool, err error) {
 	p.out = append(p.out, s.text...)
 	p.out = pgmsg.FinishQuery(p.out, start)
 	p.push(owed{kind: owedQuery, stmts: pl.Statements, copyCols: s.opts.Extra})
-	p.dropRecord(p.unnamed)
-	p.unnamed, p.stmtLive, p.unnamedPortal, p.portalLive = nil, false, nil, false
+	p.setUnnamed(nil)
+	p.stmtLive, p.unnamedPortal, p.portalLive = false, nil, false
 	p.copyEffects(pl)
 	p.startCopy(s)
 	_, err = p.sw.Write(p.out)
@@ -229,8 +229,8 @@ func (p *clientPump) parseCopy(pl *plan.Plan, msg pgmsg.Parse) (done bool, err e
 		return false, err
 	}
 	rec := &stmtRec{pl: pl, base: msg.NumTypes(), copy: s}
-	p.dropRecord(p.unnamed)
-	p.unnamed, p.stmtLive = rec, true
+	p.setUnnamed(rec)
+	p.stmtLive = true
 	var start int
 	p.out, start = pgmsg.BeginParse(p.out[:0], "")
 	p.out = append(p.out, s.text...)

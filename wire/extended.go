@@ -54,6 +54,20 @@ func (p *clientPump) stmt(name []byte) *stmtRec {
 	return p.stmts[string(name)]
 }
 
+// setUnnamed makes rec the record of the unnamed statement (nil: none):
+// the record it replaces goes, and gives back its fallback name
+// (fallbackstmt.go). Every change of p.unnamed goes through it.
+func (p *clientPump) setUnnamed(rec *stmtRec) {
+	p.dropRecord(p.unnamed)
+	p.unnamed = rec
+}
+
+// forgetStmt drops the record of the named statement name, if any.
+func (p *clientPump) forgetStmt(name string) {
+	p.dropRecord(p.stmts[name])
+	delete(p.stmts, name)
+}
+
 func (p *clientPump) portal(name []byte) *stmtRec {
 	if len(name) == 0 {
 		return p.unnamedPortal
@@ -109,17 +123,15 @@ func (p *clientPump) parse() error {
 	}
 	// The Parse is handled here for good: record it.
 	if len(name) == 0 {
-		p.dropRecord(p.unnamed)
-		p.unnamed, p.stmtLive = rec, true
+		p.setUnnamed(rec)
+		p.stmtLive = true
 	} else {
-		p.dropRecord(p.stmts[string(name)])
+		p.forgetStmt(string(name))
 		if rec != nil {
 			if p.stmts == nil {
 				p.stmts = map[string]*stmtRec{}
 			}
 			p.stmts[string(name)] = rec
-		} else if p.stmts != nil {
-			delete(p.stmts, string(name))
 		}
 	}
 	if rec == nil || rec.t == nil {
@@ -331,11 +343,9 @@ func (p *clientPump) closeMsg() error {
 		switch msg.Kind {
 		case 'S':
 			if len(msg.Name) == 0 {
-				p.dropRecord(p.unnamed)
-				p.unnamed = nil
+				p.setUnnamed(nil)
 			} else {
-				p.dropRecord(p.stmts[string(msg.Name)])
-				delete(p.stmts, string(msg.Name))
+				p.forgetStmt(string(msg.Name))
 				p.fallbacksDropped(msg.Name, false)
 			}
 		case 'P':

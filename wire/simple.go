@@ -66,8 +66,8 @@ func (p *clientPump) query() error {
 			// For the client the Query destroyed the unnamed statement and
 			// portal; the server still has them (stmtLive, portalLive), so
 			// a later Bind of them must not be answered locally.
-			p.dropRecord(p.unnamed)
-			p.unnamed, p.unnamedPortal = nil, nil
+			p.setUnnamed(nil)
+			p.unnamedPortal = nil
 			return err
 		}
 	}
@@ -89,8 +89,8 @@ func (p *clientPump) query() error {
 // forwardedQuery records the effects of a Query sent to the server: it
 // destroys the unnamed statement and portal, and its plan's touches.
 func (p *clientPump) forwardedQuery(pl *plan.Plan) {
-	p.dropRecord(p.unnamed)
-	p.unnamed, p.stmtLive, p.unnamedPortal, p.portalLive = nil, false, nil, false
+	p.setUnnamed(nil)
+	p.stmtLive, p.unnamedPortal, p.portalLive = false, nil, false
 	p.effects(pl)
 }
 
@@ -105,8 +105,7 @@ func (p *clientPump) effects(pl *plan.Plan) {
 		clear(p.prepared)
 		p.fallbacksDropped(nil, true)
 	} else if pl.Deallocate != "" {
-		p.dropRecord(p.stmts[pl.Deallocate])
-		delete(p.stmts, pl.Deallocate)
+		p.forgetStmt(pl.Deallocate)
 		p.fallbacksDropped([]byte(pl.Deallocate), false)
 		if strings.HasPrefix(pl.Deallocate, preparedQueryPrefix) {
 			p.forgetPrepared(pl.Deallocate) // simpleprep.go

@@ -117,8 +117,8 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: pm})
 	// For the client the Query destroyed the unnamed portal; the server
 	// has this one until Sync or, in a transaction block, its end.
-	p.dropRecord(p.unnamed)
-	p.unnamed, p.unnamedPortal, p.portalLive = nil, nil, true
+	p.setUnnamed(nil)
+	p.unnamedPortal, p.portalLive = nil, true
 	p.effects(pl)
 	p.srv.stats.preparedInserts.Add(1)
 	_, err := p.sw.Write(p.out)
