@@ -22,10 +22,13 @@ const fallbackTable = `CREATE TABLE loose (id bigint DEFAULT snowflake.nextval()
 
 const looseInsert = "INSERT INTO loose (payload) VALUES ($1) RETURNING id"
 
+// beginLeftToTheShim opens a transaction in which the proxy leaves IDs to
+// the shim: one that set a sequence (wire: FallbackDDLInTransaction).
+const beginLeftToTheShim = "BEGIN; SELECT setval('other', 5)"
+
 // preparedTexts returns the server's prepared statements of conn's session
-// whose text starts with prefix, and those of the proxy's fallback
-// statements.
-func preparedTexts(t *testing.T, conn *pgx.Conn, prefix string) (client, fallback []string) {
+// for looseInsert (the client's), and the proxy's fallback statements.
+func preparedTexts(t *testing.T, conn *pgx.Conn) (client, fallback []string) {
 	t.Helper()
 	rows, err := conn.Query(context.Background(), `SELECT name, statement FROM pg_catalog.pg_prepared_statements ORDER BY name`,
 		pgx.QueryExecModeSimpleProtocol)
@@ -41,7 +44,7 @@ func preparedTexts(t *testing.T, conn *pgx.Conn, prefix string) (client, fallbac
 		switch {
 		case strings.HasPrefix(name, "snowflake-proxy fallback "):
 			fallback = append(fallback, text)
-		case strings.HasPrefix(text, prefix):
+		case strings.HasPrefix(text, "INSERT INTO loose (payload"):
 			client = append(client, text)
 		}
 	}
@@ -172,7 +175,7 @@ func TestClientPreparedInsertBindsItsIDsAlone(t *testing.T) {
 		if mode != pgx.QueryExecModeCacheStatement {
 			return // unnamed statements: replaced by the next Parse
 		}
-		client, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload")
+		client, fallback := preparedTexts(t, conn)
 		if len(client) != 1 || strings.Contains(client[0], "nextval") || !strings.Contains(client[0], "$2::int8") {
 			t.Errorf("the server's statement for the client's INSERT: %q, want the ID as the parameter $2 alone", client)
 		}
@@ -198,7 +201,7 @@ func TestClientPreparedInsertLeftToTheShimUsesItsFallbackStatement(t *testing.T)
 				t.Fatalf("round %d: the shim issued nothing in a transaction that set a sequence", round)
 			}
 			all = append(all, ids...)
-			_, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload")
+			_, fallback := preparedTexts(t, conn)
 			if len(fallback) != 1 || !strings.Contains(fallback[0], "snowflake.nextval") {
 				t.Fatalf("round %d: fallback statements %q, want one with the shim's call", round, fallback)
 			}
@@ -217,17 +220,17 @@ func TestFallbackStatementSkippedAfterAnErrorInThePipeline(t *testing.T) {
 	r := newRawSession(t, conn)
 	r.prepare("ins", looseInsert)
 	r.mustExec("ins", "x")
-	r.run("BEGIN; SELECT setval('other', 5)")
+	r.run(beginLeftToTheShim)
 	b := &pgconn.Batch{}
 	b.ExecParams("SELECT 1 / $1::int", [][]byte{[]byte("0")}, nil, nil, nil)
 	b.ExecPrepared("ins", [][]byte{[]byte("after an error")}, nil, nil)
 	_, err := r.pc.ExecBatch(context.Background(), b).ReadAll()
 	wantError(t, "SELECT 1 / 0 first in the pipeline", err, "22012", "division by zero")
 	r.run("ROLLBACK")
-	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 0 {
+	if _, fallback := preparedTexts(t, conn); len(fallback) != 0 {
 		t.Fatalf("fallback statements after the skipped pipeline: %q", fallback)
 	}
-	r.run("BEGIN; SELECT setval('other', 5)")
+	r.run(beginLeftToTheShim)
 	var ids []int64
 	for i := 0; i < 2; i++ {
 		id, err := r.exec("ins", "x")
@@ -238,7 +241,7 @@ func TestFallbackStatementSkippedAfterAnErrorInThePipeline(t *testing.T) {
 	}
 	r.run("COMMIT")
 	checkIDs(t, "prepared INSERT left to the shim", ids, insertNode)
-	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 1 {
+	if _, fallback := preparedTexts(t, conn); len(fallback) != 1 {
 		t.Errorf("fallback statements: %q, want one", fallback)
 	}
 	noNullIDs(t, e)
@@ -279,7 +282,7 @@ func TestFallbackStatementInAPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkIDs(t, "pipelined prepared INSERT", ids, insertNode)
-	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 1 {
+	if _, fallback := preparedTexts(t, conn); len(fallback) != 1 {
 		t.Errorf("fallback statements after the pipeline: %q, want one", fallback)
 	}
 	noNullIDs(t, e)
@@ -331,10 +334,10 @@ func TestFallbackStatementDroppedUnseenIsPreparedAgain(t *testing.T) {
 	e, conn := newFallbackEnv(t)
 	r := newRawSession(t, conn)
 	r.prepare("ins", looseInsert)
-	r.run("BEGIN; SELECT setval('other', 5)")
+	r.run(beginLeftToTheShim)
 	r.mustExec("ins", "unseen")
 	r.run("COMMIT")
-	_, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload")
+	_, fallback := preparedTexts(t, conn)
 	if len(fallback) != 1 {
 		t.Fatalf("fallback statements: %q, want one", fallback)
 	}
@@ -344,7 +347,7 @@ func TestFallbackStatementDroppedUnseenIsPreparedAgain(t *testing.T) {
 	END $$`)
 	failures := 0
 	for attempt := 0; attempt < 2; attempt++ {
-		r.run("BEGIN; SELECT setval('other', 5)")
+		r.run(beginLeftToTheShim)
 		id, err := r.exec("ins", "unseen")
 		if err == nil {
 			r.run("COMMIT")
@@ -370,13 +373,13 @@ func TestUnnamedFallbackStatementsDoNotPileUp(t *testing.T) {
 	r := newRawSession(t, conn)
 	var ids []int64
 	for i := 0; i < 4; i++ {
-		r.run("BEGIN; SELECT setval('other', 5)")
+		r.run(beginLeftToTheShim)
 		r.prepare("", looseInsert)
 		ids = append(ids, r.mustExec("", "unnamed"))
 		r.run("COMMIT")
 	}
 	checkIDs(t, "unnamed INSERTs left to the shim", ids, insertNode)
-	if _, fallback := preparedTexts(t, conn, "INSERT INTO loose (payload"); len(fallback) != 1 {
+	if _, fallback := preparedTexts(t, conn); len(fallback) != 1 {
 		t.Errorf("%d fallback statements after 4 unnamed INSERTs between Queries, want 1", len(fallback))
 	}
 	noNullIDs(t, e)
@@ -421,7 +424,7 @@ func TestFallbackStatementConfirmationOfAnEarlierParse(t *testing.T) {
 	r := newRawSession(t, conn)
 	r.prepare("ins", looseInsert)
 	r.mustExec("ins", "warm")
-	r.run("BEGIN; SELECT setval('other', 5)")
+	r.run(beginLeftToTheShim)
 	codes := r.sendRaw(2,
 		&pgproto3.Bind{PreparedStatement: "ins", Parameters: [][]byte{[]byte("bad")}},
 		&pgproto3.Execute{}, &pgproto3.Sync{},
@@ -431,7 +434,7 @@ func TestFallbackStatementConfirmationOfAnEarlierParse(t *testing.T) {
 		t.Fatalf("pipeline errors %q, want the check's 23514, then 25P02", codes)
 	}
 	r.run("ROLLBACK")
-	r.run("BEGIN; SELECT setval('other', 5)")
+	r.run(beginLeftToTheShim)
 	id, err := r.exec("ins", "valid")
 	if err != nil {
 		t.Fatalf("a valid execution left to the shim failed: %v", err)
