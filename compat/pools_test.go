@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
@@ -16,9 +14,8 @@ import (
 func TestControlPoolClosedWhenIdle(t *testing.T) {
 	t.Parallel()
 	url := newDB(t)
-	cfg, _ := pgx.ParseConfig(url)
-	db := cfg.Database
 	c := connect(t, url)
+	db := dbName(t, c)
 	mustExec(t, c, extSQL(t, plan.CreateExtension, nil))
 	mustExec(t, c, "CREATE SEQUENCE s")
 	seq := seqOID(t, c, "s")

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
@@ -21,10 +19,9 @@ import (
 func TestCatalogWatchStopsWhenIdle(t *testing.T) {
 	t.Parallel()
 	url := newDB(t)
-	cfg, _ := pgx.ParseConfig(url)
-	db := cfg.Database
 	s := newServiceWith(t, Config{ControlURL: url, DatabaseIdle: 1500 * time.Millisecond})
 	c := connect(t, url)
+	db := dbName(t, c)
 	mustExec(t, c, extSQL(t, plan.CreateExtension, nil))
 	watchConns := "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'snowflake-proxy catalog watch'"
 
