@@ -31,6 +31,9 @@
 //     and sink change with who relays the session (the socket, the pumps'
 //     raw reads and writes, a loop's reader and writer), so that a loop
 //     relays TLS records as it relays plaintext (docs/tls-loop.md).
+//   - yield.go: schedPass, which makes a busy loop thread's goroutine
+//     pass through the Go scheduler every few milliseconds, so that the
+//     runtime's monitor thread does not take to preempting it.
 //   - park.go: ErrHandover, ErrWantLoop, and the parking that brings a
 //     session back to its loop.
 //   - debug.go, debug_on.go, debug_off.go: the loop-thread check

@@ -201,7 +201,9 @@ func (lp *Loop) run() {
 	defer leave()
 	var evs [128]syscall.EpollEvent
 	var sides [128]loopSide
+	var pass schedPass
 	for {
+		pass.maybe(lp)
 		n, err := syscall.EpollWait(lp.epfd, evs[:], -1)
 		if err != nil {
 			if err == syscall.EINTR {

@@ -279,7 +279,9 @@ func (u *uringLoop) run(lp *Loop) {
 	defer leave()
 	u.armWake()
 	complete := u.complete // bound once: no allocation per batch
+	var pass schedPass
 	for {
+		pass.maybe(lp)
 		u.submitBatch()
 		if err := u.rg.enter(true); err != nil {
 			lp.log.Error("event loop stopped", "err", err)
