@@ -37,6 +37,13 @@ type stmtRec struct {
 	bound   bool
 	fb      *fallbackStmt
 	fbTypes []byte
+	// A named statement's record until the server answers its Parse
+	// (namedparse.go): unsettled, and the record it replaced; placeholder:
+	// it stands for a Parse the proxy passed as it is, kept only to hold
+	// the record it replaced.
+	unsettled   bool
+	placeholder bool
+	replaced    *stmtRec
 }
 
 // rendering is how the record's template is rendered in its Parse.
@@ -51,7 +58,11 @@ func (p *clientPump) stmt(name []byte) *stmtRec {
 	if len(name) == 0 {
 		return p.unnamed
 	}
-	return p.stmts[string(name)]
+	rec := p.stmts[string(name)]
+	if rec != nil && rec.unsettled {
+		return p.settle(string(name), rec)
+	}
+	return rec
 }
 
 // setUnnamed makes rec the record of the unnamed statement (nil: none):
@@ -62,9 +73,10 @@ func (p *clientPump) setUnnamed(rec *stmtRec) {
 	p.unnamed = rec
 }
 
-// forgetStmt drops the record of the named statement name, if any.
+// forgetStmt drops the record of the named statement name, if any, and
+// those it replaced with a Parse still unanswered.
 func (p *clientPump) forgetStmt(name string) {
-	p.dropRecord(p.stmts[name])
+	p.dropRecords(p.stmts[name])
 	delete(p.stmts, name)
 }
 
@@ -126,22 +138,16 @@ func (p *clientPump) parse() error {
 		p.setUnnamed(rec)
 		p.stmtLive = true
 	} else {
-		p.forgetStmt(string(name))
-		if rec != nil {
-			if p.stmts == nil {
-				p.stmts = map[string]*stmtRec{}
-			}
-			p.stmts[string(name)] = rec
-		}
+		rec = p.recordNamed(string(name), rec)
 	}
 	if rec == nil || rec.t == nil {
-		p.push(owed{kind: owedParse})
+		p.push(owed{kind: owedParse, confirm: rec.confirmation()})
 		return p.cr.pass(p.sw)
 	}
 	if !ok {
 		rec.t, rec.ids, rec.types = nil, 0, nil
 		rec.pl = &plan.Plan{Statements: pl.Statements, Touches: pl.Touches, Deallocate: pl.Deallocate, DeallocateAll: pl.DeallocateAll}
-		p.push(owed{kind: owedParse})
+		p.push(owed{kind: owedParse, confirm: rec.confirmation()})
 		return p.cr.pass(p.sw)
 	}
 	if rec.ids > 0 && p.bindsBound() {

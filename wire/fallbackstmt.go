@@ -119,8 +119,10 @@ func (p *clientPump) fallbacksDropped(name []byte, all bool) {
 		p.unnamed.unconfirmFallback()
 	}
 	for _, rec := range p.stmts {
-		if owns(rec) {
-			rec.unconfirmFallback()
+		for ; rec != nil; rec = rec.replaced { // namedparse.go
+			if owns(rec) {
+				rec.unconfirmFallback()
+			}
 		}
 	}
 }

@@ -73,7 +73,12 @@ func (q *owedQueue) front() *owed {
 	return nil
 }
 
+// pop removes the oldest entry: answered, refused, or skipped after an
+// error. A Parse's confirmation is then done.
 func (q *owedQueue) pop() {
+	if c := q.items[q.head].confirm; c != nil {
+		c.done = true
+	}
 	q.items[q.head] = owed{}
 	q.head++
 }

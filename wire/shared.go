@@ -74,10 +74,12 @@ func newShared(track bool) *shared {
 	return &shared{track: track, txStatus: 'I', params: map[string]string{}, hqDone: make(chan struct{}, 1)}
 }
 
-// parseConfirm is whether the server confirmed a Parse with ParseComplete:
-// shared state under shared.mu, set by the server pump (through the owed
-// entry of the Parse) and read by the client pump (confirmed).
-type parseConfirm struct{ ok bool }
+// parseConfirm is whether the server confirmed a Parse with ParseComplete
+// (ok), and whether it answered or skipped the Parse at all (done: its
+// owed entry left the queue): shared state under shared.mu, set by the
+// server pump (through the owed entry of the Parse) and read by the
+// client pump (confirmed, settle).
+type parseConfirm struct{ ok, done bool }
 
 // confirmed reports whether the server confirmed the Parse of c.
 func (sh *shared) confirmed(c *parseConfirm) bool {
