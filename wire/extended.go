@@ -210,7 +210,10 @@ func (p *clientPump) bind() error {
 	p.idleSeen = false
 	// What may wait comes first: on a loop thread it returns errHandover
 	// before the Bind changed anything.
-	if rec != nil && rec.types != nil {
+	if rec != nil && rec.types != nil && !rec.unsettled {
+		// Not while its Parse is unanswered (namedparse.go): the server
+		// may answer it before the safe point revalidate looks for, and
+		// the name may keep the statement it held.
 		if err := p.revalidate(stmt, rec); err != nil {
 			return err
 		}

@@ -17,14 +17,22 @@ import "github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 // A Parse of a name the proxy has a record for, of a statement that
 // needs none (passed as it is), gets a placeholder record that holds the
 // one it replaced; lookups see the name as recordless until the server
-// refused the Parse. Until the server answers, lookups see the new
-// record: a Bind pipelined behind the Parse runs only if it succeeded.
+// refused the Parse. Until the answer reaches the proxy, lookups see the
+// new record: a Bind behind the Parse before its Sync runs only if the
+// Parse succeeded, but one sent after that Sync, before the answer came
+// back, is still rendered for the new text (the proxy does not wait).
 
 // recordNamed records rec (nil: a statement passed as it is) as the
 // named statement name, and returns the record whose Parse confirmation
 // the owed entry of the Parse carries (nil when there is none to keep).
 func (p *clientPump) recordNamed(name string, rec *stmtRec) *stmtRec {
 	old := p.stmts[name]
+	if old != nil && old.unsettled {
+		// Settled first where the server answered: refused Parses of a
+		// name that nothing looks up in between would pile up otherwise.
+		p.settle(name, old)
+		old = p.stmts[name]
+	}
 	if rec == nil && old == nil {
 		return nil
 	}
