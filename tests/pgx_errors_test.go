@@ -144,13 +144,28 @@ func TestPgxRevokedMembershipRefused(t *testing.T) {
 	e.execDirect(t, fmt.Sprintf(`CREATE SEQUENCE grpseq; GRANT USAGE ON SEQUENCE grpseq TO %[1]s;
 		CREATE TABLE grptab (id bigint DEFAULT snowflake.nextval('grpseq'), v int);
 		GRANT INSERT, SELECT ON grptab TO %[2]s`, grp, mem))
-	conn := e.connectWith(t, pgx.QueryExecModeSimpleProtocol, func(c *pgx.ConnConfig) { c.User = mem })
+	asMember := func(c *pgx.ConnConfig) { c.User = mem }
+	conn := e.connectWith(t, pgx.QueryExecModeSimpleProtocol, asMember)
+	refused := e.connectWith(t, pgx.QueryExecModeSimpleProtocol, asMember)
 	ctx := context.Background()
-	checkIDs(t, "nextval('grpseq') as a member", mustInt64s(t, conn, "SELECT snowflake.nextval('grpseq')"), pgxNode)
-	checkIDs(t, "INSERT as a member", mustInt64s(t, conn, "INSERT INTO grptab (v) VALUES (1) RETURNING id"), pgxNode)
+	for _, c := range []*pgx.Conn{conn, refused} {
+		checkIDs(t, "nextval('grpseq') as a member", mustInt64s(t, c, "SELECT snowflake.nextval('grpseq')"), pgxNode)
+		checkIDs(t, "INSERT as a member", mustInt64s(t, c, "INSERT INTO grptab (v) VALUES (1) RETURNING id"), pgxNode)
+	}
 
 	pgtestExecCluster(t, e, fmt.Sprintf("REVOKE %s FROM %s", grp, mem))
 	const denied = "permission denied for sequence grpseq"
+
+	// The server's shim sees the REVOKE at once; a session it refused
+	// stops serving the sequence from its cache then, not at the catalog
+	// watch's next reading (regression: the explicit call got an ID
+	// after the per-row call was refused).
+	_, err := queryInt64s(ctx, refused, "SELECT snowflake.nextval('grpseq') FROM generate_series(1,2)")
+	wantError(t, "per-row nextval('grpseq') after the REVOKE", err, "42501", denied)
+	_, err = queryInt64s(ctx, refused, "SELECT snowflake.nextval('grpseq')")
+	wantError(t, "nextval('grpseq') after the server refused it", err, "42501", denied)
+
+	// A session the server never refused learns it from the watch.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		_, err := queryInt64s(ctx, conn, "INSERT INTO grptab (v) VALUES (1) RETURNING id")
@@ -163,7 +178,7 @@ func TestPgxRevokedMembershipRefused(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
 	}
-	_, err := queryInt64s(ctx, conn, "SELECT snowflake.nextval('grpseq')")
+	_, err = queryInt64s(ctx, conn, "SELECT snowflake.nextval('grpseq')")
 	wantError(t, "nextval('grpseq') after the REVOKE", err, "42501", denied)
 }
 

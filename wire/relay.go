@@ -171,6 +171,13 @@ func (p *serverPump) handle(typ byte) error {
 					p.sh.q.pop()
 				}
 			}
+			if code, _ := f.Get('C'); string(code) == codeInsufficientPrivilege {
+				// The server refused a privilege the session's cache may
+				// still grant (a REVOKE the catalog watch has not seen
+				// yet, the shim having checked at once): what the
+				// session cached about sequences and targets goes.
+				p.sh.invalid |= plan.TouchRole
+			}
 			p.sh.mu.Unlock()
 		}
 		fixed, ok := fixError(f, &pm, own)
