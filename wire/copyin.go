@@ -199,7 +199,7 @@ func (p *clientPump) copyQuery(pl *plan.Plan) (done bool, err error) {
 	p.out = append(p.out, s.text...)
 	p.out = pgmsg.FinishQuery(p.out, start)
 	p.push(owed{kind: owedQuery, stmts: pl.Statements, copyCols: s.opts.Extra})
-	p.setUnnamed(nil)
+	p.dropUnnamed()
 	p.stmtLive, p.unnamedPortal, p.portalLive = false, nil, false
 	p.copyEffects(pl)
 	p.startCopy(s)
@@ -215,7 +215,7 @@ func (p *clientPump) copyEffects(pl *plan.Plan) {
 	}
 	q := *pl
 	q.Touches &^= plan.TouchShim
-	p.effects(&q)
+	p.effects(&q, nil)
 }
 
 // parseCopy sends the Parse of an unnamed COPY statement whose rows the
@@ -228,8 +228,7 @@ func (p *clientPump) parseCopy(pl *plan.Plan, msg pgmsg.Parse) (done bool, err e
 	if s == nil || err != nil {
 		return false, err
 	}
-	rec := &stmtRec{pl: pl, base: msg.NumTypes(), copy: s}
-	p.setUnnamed(rec)
+	rec := p.recordUnnamed(&stmtRec{pl: pl, base: msg.NumTypes(), copy: s})
 	p.stmtLive = true
 	var start int
 	p.out, start = pgmsg.BeginParse(p.out[:0], "")

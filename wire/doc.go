@@ -38,9 +38,9 @@
 //     errors and notices.
 //   - simple.go, extended.go: the two query protocols; fallbackstmt.go:
 //     the statements a client's prepared statement falls back to when the
-//     proxy leaves an ID to the server; namedparse.go: a named
-//     statement's record kept as the server keeps the name when it refuses
-//     a Parse of it; queue.go: the FIFO
+//     proxy leaves an ID to the server; namedparse.go: records of
+//     statements changed (Parse, Close, DEALLOCATE) only as the server
+//     answers, kept when it skips or refuses the change; queue.go: the FIFO
 //     of responses owed to the client; ids.go, mirror.go: generated values
 //     and the session state they depend on; local.go, extlocal.go: answers
 //     the proxy gives without the server; errors.go: typed errors and SQLSTATEs;
@@ -147,9 +147,11 @@
 // plan.Params rendering under a name of the proxy's (fallbackstmt.go). A
 // Describe of the statement hides the extra parameters from the
 // ParameterDescription. Records of statements and portals (named and
-// unnamed) follow Parse, Bind, Close, DEALLOCATE and DISCARD ALL; a named
-// Parse the server refuses (the name exists: 42P05; or any error, or
-// skipped after one) leaves the name's record as it was (namedparse.go).
+// unnamed) follow Parse, Bind, Close, DEALLOCATE and DISCARD ALL as the
+// server answers them: a Parse, Close or DEALLOCATE the server refuses or
+// skips (a named Parse of a name it has, 42P05; anything after an earlier
+// error until Sync; a DEALLOCATE behind a failed statement of its Query)
+// leaves the statement's record as it was (namedparse.go).
 //
 // A Bind of a plan.Local statement whose Parse the server confirmed is
 // answered by the proxy (extlocal.go) together with the Describe (portal),

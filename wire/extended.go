@@ -37,13 +37,18 @@ type stmtRec struct {
 	bound   bool
 	fb      *fallbackStmt
 	fbTypes []byte
-	// A named statement's record until the server answers its Parse
-	// (namedparse.go): unsettled, and the record it replaced; placeholder:
-	// it stands for a Parse the proxy passed as it is, kept only to hold
-	// the record it replaced.
-	unsettled   bool
-	placeholder bool
-	replaced    *stmtRec
+	// A record until the server answers the message that made it
+	// (namedparse.go): unsettled, answer (the confirmation of its own
+	// Parse, or of a Close or DEALLOCATE), and the record it replaced;
+	// placeholder: it stands for no record (a Parse the proxy passed as
+	// it is, a Close, a DEALLOCATE), kept only to hold the one it
+	// replaced; dropsOnFailure: a Parse of the unnamed statement, whose
+	// refusal by the server leaves no unnamed statement.
+	unsettled      bool
+	placeholder    bool
+	dropsOnFailure bool
+	answer         *parseConfirm
+	replaced       *stmtRec
 }
 
 // rendering is how the record's template is rendered in its Parse.
@@ -54,30 +59,28 @@ func (rec *stmtRec) rendering() plan.Rendering {
 	return plan.Params
 }
 
+// stmt returns the record of the statement name, nil when it has none.
 func (p *clientPump) stmt(name []byte) *stmtRec {
 	if len(name) == 0 {
-		return p.unnamed
+		if p.unnamed != nil && p.unnamed.unsettled {
+			p.unnamed = p.settleChain(p.unnamed)
+		}
+		return lookup(p.unnamed)
 	}
 	rec := p.stmts[string(name)]
 	if rec != nil && rec.unsettled {
-		return p.settle(string(name), rec)
+		rec = p.settleNamed(string(name))
 	}
-	return rec
+	return lookup(rec)
 }
 
-// setUnnamed makes rec the record of the unnamed statement (nil: none):
-// the record it replaces goes, and gives back its fallback name
-// (fallbackstmt.go). Every change of p.unnamed goes through it.
-func (p *clientPump) setUnnamed(rec *stmtRec) {
-	p.dropRecord(p.unnamed)
-	p.unnamed = rec
-}
-
-// forgetStmt drops the record of the named statement name, if any, and
-// those it replaced with a Parse still unanswered.
-func (p *clientPump) forgetStmt(name string) {
-	p.dropRecords(p.stmts[name])
-	delete(p.stmts, name)
+// dropUnnamed drops the record of the unnamed statement, which a Query
+// destroys: the records go, and give back their fallback names
+// (fallbackstmt.go). Every other change of p.unnamed waits for the
+// server's answer (recordUnnamed, closeUnnamed).
+func (p *clientPump) dropUnnamed() {
+	p.dropRecords(p.unnamed)
+	p.unnamed = nil
 }
 
 func (p *clientPump) portal(name []byte) *stmtRec {
@@ -135,10 +138,10 @@ func (p *clientPump) parse() error {
 	}
 	// The Parse is handled here for good: record it.
 	if len(name) == 0 {
-		p.setUnnamed(rec)
+		rec = p.recordUnnamed(rec)
 		p.stmtLive = true
 	} else {
-		rec = p.recordNamed(string(name), rec)
+		rec = p.recordNamed(string(name), rec, nil)
 	}
 	if rec == nil || rec.t == nil {
 		p.push(owed{kind: owedParse, confirm: rec.confirmation()})
@@ -332,7 +335,8 @@ func (p *clientPump) execute() error {
 			p.startCopy(rec.copy)
 		} else if rec != nil {
 			o.stmts = rec.pl.Statements
-			p.effects(rec.pl)
+			o.confirm = dropConfirm(rec.pl)
+			p.effects(rec.pl, o.confirm)
 			if rec.shimDefaults != 0 {
 				p.markShim()
 			}
@@ -342,25 +346,27 @@ func (p *clientPump) execute() error {
 	return p.cr.pass(p.sw)
 }
 
-// closeMsg handles Close of a statement or portal: its record goes.
+// closeMsg handles Close of a statement or portal: its record goes once
+// the server has run the Close (namedparse.go).
 func (p *clientPump) closeMsg() error {
 	body, err := p.cr.body()
 	if err != nil {
 		return err
 	}
+	o := owed{kind: owedClose}
 	if msg, ok := pgmsg.ReadClose(body); ok {
 		switch msg.Kind {
 		case 'S':
 			if len(msg.Name) == 0 {
-				p.setUnnamed(nil)
+				o.confirm = p.closeUnnamed()
 			} else {
-				p.forgetStmt(string(msg.Name))
+				o.confirm = p.recordNamed(string(msg.Name), nil, nil).confirmation()
 				p.fallbacksDropped(msg.Name, false)
 			}
 		case 'P':
 			p.setPortal(msg.Name, nil, false)
 		}
 	}
-	p.push(owed{kind: owedClose})
+	p.push(o)
 	return p.cr.pass(p.sw)
 }

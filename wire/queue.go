@@ -42,7 +42,9 @@ type owed struct {
 	// record whose Parse this is, set at its ParseComplete (under
 	// shared.mu); owedBind of a Bind to a fallback statement: its
 	// confirmation, set at BindComplete, dropped at an error
-	// (fallbackstmt.go).
+	// (fallbackstmt.go); owedClose of a statement, owedQuery and
+	// owedExecute of a DEALLOCATE or DISCARD ALL: the answer the records
+	// they change wait for (namedparse.go).
 	confirm *parseConfirm
 }
 

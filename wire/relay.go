@@ -158,6 +158,9 @@ func (p *serverPump) handle(typ byte) error {
 					v := p.sh.copyView
 					cv = &v
 				}
+				if o.confirm != nil {
+					o.confirm.failed = true
+				}
 				if (o.kind == owedBind || o.kind == owedHiddenParse) && o.confirm != nil {
 					// A Bind to a fallback statement failed, or a Parse
 					// whose Close ran (regression: a second pipelined Close
@@ -295,7 +298,11 @@ func (p *serverPump) ready(body []byte) {
 	}
 	p.sh.readies++
 	for !p.sh.q.empty() {
-		k := p.sh.q.front().kind
+		o := p.sh.q.front()
+		k := o.kind
+		if k == owedQuery && o.confirm != nil && !o.confirm.failed {
+			o.confirm.ok = true // the Query ran without an error
+		}
 		p.sh.q.pop()
 		if k.endsAtReady() {
 			break
@@ -326,6 +333,9 @@ func (p *serverPump) commandComplete() error {
 		case owedExecute:
 			if len(o.stmts) > 0 {
 				tag = o.stmts[0].Tag
+			}
+			if o.confirm != nil {
+				o.confirm.ok = true
 			}
 			p.sh.q.pop()
 		}

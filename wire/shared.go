@@ -74,12 +74,15 @@ func newShared(track bool) *shared {
 	return &shared{track: track, txStatus: 'I', params: map[string]string{}, hqDone: make(chan struct{}, 1)}
 }
 
-// parseConfirm is whether the server confirmed a Parse with ParseComplete
-// (ok), and whether it answered or skipped the Parse at all (done: its
-// owed entry left the queue): shared state under shared.mu, set by the
-// server pump (through the owed entry of the Parse) and read by the
-// client pump (confirmed, settle).
-type parseConfirm struct{ ok, done bool }
+// parseConfirm is the server's answer to a message whose owed entry
+// carries it: ok when the server confirmed it (ParseComplete,
+// BindComplete, CloseComplete, the CommandComplete of an Execute, the
+// ReadyForQuery of a Query without an error), failed when an error
+// answered the message itself (not one that made the server skip it),
+// done once its owed entry left the queue, answered or skipped. Shared
+// state under shared.mu, set by the server pump (through the owed entry)
+// and read by the client pump (confirmed, settleChain).
+type parseConfirm struct{ ok, failed, done bool }
 
 // confirmed reports whether the server confirmed the Parse of c.
 func (sh *shared) confirmed(c *parseConfirm) bool {

@@ -20,7 +20,7 @@ func (p *clientPump) query() error {
 	if !ok {
 		// The server reports the malformed message, as without the proxy.
 		p.push(owed{kind: owedQuery})
-		p.forwardedQuery(plan.Passthrough)
+		p.forwardedQuery(plan.Passthrough, nil)
 		return p.cr.pass(p.sw)
 	}
 	text := msg.SQL
@@ -41,8 +41,9 @@ func (p *clientPump) query() error {
 			p.markShim()
 		}
 		p.srv.countFallback(p.executionFallback(shim, false, pl))
-		p.push(owed{kind: owedQuery, stmts: pl.Statements})
-		p.forwardedQuery(pl)
+		c := dropConfirm(pl)
+		p.push(owed{kind: owedQuery, stmts: pl.Statements, confirm: c})
+		p.forwardedQuery(pl, c)
 		return p.cr.pass(p.sw)
 	}
 	allValid, ok, err := p.values(t, true, true, shim != 0)
@@ -56,8 +57,9 @@ func (p *clientPump) query() error {
 	p.srv.countFallback(p.executionFallback(shim, p.noteShimSlots(t), pl))
 	if !ok {
 		// No SQL for an extension slot: the server answers the original.
-		p.push(owed{kind: owedQuery})
-		p.forwardedQuery(pl)
+		c := dropConfirm(pl)
+		p.push(owed{kind: owedQuery, confirm: c})
+		p.forwardedQuery(pl, c)
 		return p.cr.pass(p.sw)
 	}
 	p.cr.consume()
@@ -66,7 +68,7 @@ func (p *clientPump) query() error {
 			// For the client the Query destroyed the unnamed statement and
 			// portal; the server still has them (stmtLive, portalLive), so
 			// a later Bind of them must not be answered locally.
-			p.setUnnamed(nil)
+			p.dropUnnamed()
 			p.unnamedPortal = nil
 			return err
 		}
@@ -80,32 +82,58 @@ func (p *clientPump) query() error {
 	p.out, start = pgmsg.BeginQuery(p.out[:0])
 	p.out = t.RenderLiteral(p.out, p.vals)
 	p.out = pgmsg.FinishQuery(p.out, start)
-	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, plan.Literals)})
-	p.forwardedQuery(pl)
+	c := dropConfirm(pl)
+	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, plan.Literals), confirm: c})
+	p.forwardedQuery(pl, c)
 	_, err = p.sw.Write(p.out)
 	return err
 }
 
 // forwardedQuery records the effects of a Query sent to the server: it
-// destroys the unnamed statement and portal, and its plan's touches.
-func (p *clientPump) forwardedQuery(pl *plan.Plan) {
-	p.setUnnamed(nil)
+// destroys the unnamed statement and portal, and its plan's touches. c is
+// the confirmation its owed entry carries (dropConfirm).
+func (p *clientPump) forwardedQuery(pl *plan.Plan, c *parseConfirm) {
+	p.dropUnnamed()
 	p.stmtLive, p.unnamedPortal, p.portalLive = false, nil, false
-	p.effects(pl)
+	p.effects(pl, c)
 }
 
+// dropConfirm returns the confirmation that the owed entry of a Query or
+// Execute of pl carries when pl may drop prepared statements (nil
+// otherwise): set when the server ran it without an error (namedparse.go).
+func dropConfirm(pl *plan.Plan) *parseConfirm {
+	if pl.Deallocate == "" && !pl.DeallocateAll && pl.Touches&plan.TouchPrepared == 0 {
+		return nil
+	}
+	return &parseConfirm{}
+}
+
+// answeredNow is the confirmation of a change that needs no answer.
+var answeredNow = parseConfirm{ok: true, done: true}
+
 // effects applies what an executed statement does to the session records:
-// prepared statements dropped by DEALLOCATE or DISCARD ALL, and mirror
-// state made stale (again at each ReadyForQuery until the transaction ends,
-// for SET LOCAL and rollbacks).
-func (p *clientPump) effects(pl *plan.Plan) {
+// prepared statements dropped by DEALLOCATE or DISCARD ALL (the client's
+// once the server confirmed it through c, dropConfirm(pl); the proxy's
+// own, and confirmations of fallback statements, at once: forgetting
+// those only costs a Parse), and mirror state made stale (again at each
+// ReadyForQuery until the transaction ends, for SET LOCAL and rollbacks).
+func (p *clientPump) effects(pl *plan.Plan, c *parseConfirm) {
 	t := pl.Touches
+	if c == nil {
+		c = &answeredNow // no entry to wait for
+	}
 	if pl.DeallocateAll || (t&plan.TouchPrepared != 0 && pl.Deallocate == "") {
-		clear(p.stmts) // the server dropped their fallback statements too
+		names := make([]string, 0, len(p.stmts))
+		for name := range p.stmts {
+			names = append(names, name)
+		}
+		for _, name := range names {
+			p.recordNamed(name, nil, c)
+		}
 		clear(p.prepared)
-		p.fallbacksDropped(nil, true)
+		p.fallbacksDropped(nil, true) // the server dropped them too
 	} else if pl.Deallocate != "" {
-		p.forgetStmt(pl.Deallocate)
+		p.recordNamed(pl.Deallocate, nil, c)
 		p.fallbacksDropped([]byte(pl.Deallocate), false)
 		if strings.HasPrefix(pl.Deallocate, preparedQueryPrefix) {
 			p.forgetPrepared(pl.Deallocate) // simpleprep.go

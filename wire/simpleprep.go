@@ -117,9 +117,9 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: pm})
 	// For the client the Query destroyed the unnamed portal; the server
 	// has this one until Sync or, in a transaction block, its end.
-	p.setUnnamed(nil)
+	p.dropUnnamed()
 	p.unnamedPortal, p.portalLive = nil, true
-	p.effects(pl)
+	p.effects(pl, nil)
 	p.srv.stats.preparedInserts.Add(1)
 	_, err := p.sw.Write(p.out)
 	return true, err

@@ -1,0 +1,136 @@
+package tests
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Messages that drop or replace a statement (Close, DEALLOCATE, DEALLOCATE
+// ALL, a Parse of the unnamed statement) change nothing when the server
+// skips them after an earlier error, or when the statement that holds them
+// fails first. The proxy changes its records when the server has answered,
+// as it does for named Parses (wire/namedparse.go).
+
+// badParse is a Parse the server refuses with 42601, which makes it skip
+// the messages that follow until Sync.
+var badParse = &pgproto3.Parse{Name: "bad", Query: "SELEC 1"}
+
+// pairsRow counts the rows of pairs holding (a, b).
+func pairsRow(t *testing.T, e *testEnv, a, b int) int64 {
+	t.Helper()
+	return mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM pairs WHERE a = $1 AND b = $2 AND id IS NOT NULL", a, b)
+}
+
+// Regression: a Close skipped after an error dropped the record of x,
+// which the server kept, and the next Bind of x lacked its ID (08P01).
+func TestSkippedCloseKeepsTheStatement(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	r.prepare("x", pairsInsert)
+	r.mustExec("x", "1", "2")
+	codes := r.sendRaw(1, badParse, &pgproto3.Close{ObjectType: 'S', Name: "x"}, &pgproto3.Sync{})
+	if !slices.Equal(codes, []string{"42601"}) {
+		t.Fatalf("errors %v, want [42601]", codes)
+	}
+	r.mustExec("x", "3", "4")
+	if pairsRow(t, e, 3, 4) != 1 {
+		t.Fatal("x's execution after the skipped Close stored no (3, 4)")
+	}
+	// A Close that runs still frees the name for another statement.
+	codes = r.sendRaw(1, &pgproto3.Close{ObjectType: 'S', Name: "x"}, &pgproto3.Sync{})
+	if len(codes) != 0 {
+		t.Fatalf("Close of x: errors %v", codes)
+	}
+	r.prepare("x", twinInsert)
+	id := r.mustExec("x", "5")
+	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM twin WHERE id = $1 AND a = 5 AND id2 <> id", id); n != 1 {
+		t.Fatalf("x returned %d, not the id of a twin row with two IDs", id)
+	}
+}
+
+// Regression: DEALLOCATE in a Query whose earlier statement failed, or in
+// an Execute skipped after an error, dropped the record of a statement the
+// server kept (08P01 at its next Bind).
+func TestDeallocateThatDidNotRunKeepsTheStatement(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	r.prepare("z", pairsInsert)
+	for i, send := range []func() []string{
+		func() []string { return r.sendRaw(1, &pgproto3.Query{String: "SELECT 1/0; DEALLOCATE z"}) },
+		func() []string { return r.sendRaw(1, &pgproto3.Query{String: "SELECT 1/0; DEALLOCATE ALL"}) },
+		func() []string {
+			return r.sendRaw(3, &pgproto3.Query{String: "BEGIN; SELECT 1/0"}, &pgproto3.Query{String: "DISCARD ALL"},
+				&pgproto3.Query{String: "ROLLBACK"})
+		},
+		func() []string {
+			return r.sendRaw(1, badParse, &pgproto3.Parse{Query: "DEALLOCATE z"}, &pgproto3.Bind{},
+				&pgproto3.Execute{}, &pgproto3.Sync{})
+		},
+	} {
+		codes := send()
+		if len(codes) == 0 {
+			t.Fatalf("case %d: no error", i)
+		}
+		r.mustExec("z", "10", strconv.Itoa(10+i))
+		if pairsRow(t, e, 10, 10+i) != 1 {
+			t.Fatalf("case %d: z's execution stored no (10, %d)", i, 10+i)
+		}
+	}
+}
+
+// A DEALLOCATE that ran in a Query that failed afterwards dropped the
+// statement (prepared statements are not transactional): the stale record
+// the proxy keeps then must not stand in the way of a new Parse of the
+// name.
+func TestDeallocateBeforeAnErrorFreesTheName(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	r.prepare("w", pairsInsert)
+	if codes := r.sendRaw(1, &pgproto3.Query{String: "DEALLOCATE w; SELECT 1/0"}); !slices.Equal(codes, []string{"22012"}) {
+		t.Fatalf("errors %v, want [22012]", codes)
+	}
+	if _, err := r.exec("w", "1", "2"); err == nil {
+		t.Fatal("w ran after its DEALLOCATE")
+	}
+	r.prepare("w", twinInsert)
+	id := r.mustExec("w", "20")
+	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM twin WHERE id = $1 AND a = 20 AND id2 <> id", id); n != 1 {
+		t.Fatalf("w returned %d, not the id of a twin row with two IDs", id)
+	}
+}
+
+// Regression: a Parse of the unnamed statement skipped after an error
+// replaced the proxy's record while the server kept its statement: the
+// next Bind of it got the refused text's two IDs (08P01). One the server
+// ran and refused drops the unnamed statement, as PostgreSQL does first.
+func TestSkippedUnnamedParseKeepsTheStatement(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	bindPairs := func(a, b string) []string {
+		return r.sendRaw(1, &pgproto3.Bind{Parameters: [][]byte{[]byte(a), []byte(b)}}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	}
+	if codes := r.sendRaw(1, &pgproto3.Parse{Query: pairsInsert}, &pgproto3.Sync{}); len(codes) != 0 {
+		t.Fatalf("Parse: errors %v", codes)
+	}
+	if codes := r.sendRaw(1, badParse, &pgproto3.Parse{Query: twinInsert}, &pgproto3.Sync{}); !slices.Equal(codes, []string{"42601"}) {
+		t.Fatalf("skipped Parse: errors %v, want [42601]", codes)
+	}
+	if codes := bindPairs("30", "31"); len(codes) != 0 {
+		t.Fatalf("Bind after the skipped Parse: errors %v", codes)
+	}
+	if codes := r.sendRaw(1, badParse, &pgproto3.Close{ObjectType: 'S'}, &pgproto3.Sync{}); !slices.Equal(codes, []string{"42601"}) {
+		t.Fatalf("skipped Close: errors %v, want [42601]", codes)
+	}
+	if codes := bindPairs("32", "33"); len(codes) != 0 {
+		t.Fatalf("Bind after the skipped Close: errors %v", codes)
+	}
+	if pairsRow(t, e, 30, 31) != 1 || pairsRow(t, e, 32, 33) != 1 {
+		t.Fatal("the unnamed statement's executions did not store their rows")
+	}
+	// Run and refused: the server has no unnamed statement left.
+	if codes := r.sendRaw(1, &pgproto3.Parse{Query: "SELEC 2"}, &pgproto3.Sync{}); !slices.Equal(codes, []string{"42601"}) {
+		t.Fatalf("refused Parse: errors %v, want [42601]", codes)
+	}
+	if codes := bindPairs("34", "35"); !slices.Equal(codes, []string{"26000"}) {
+		t.Fatalf("Bind after the refused unnamed Parse: errors %v, want [26000]", codes)
+	}
+}
