@@ -142,16 +142,12 @@ func (a *analyzer) statement(raw *pg_query.RawStmt, only bool) plan.Statement {
 		st.Tag = a.dropExtension(raw, n.DropStmt)
 	case *pg_query.Node_AlterExtensionStmt:
 		st.Tag = a.alterExtension(raw, n.AlterExtensionStmt)
+	case *pg_query.Node_DiscardStmt:
+		st.DeallocateAll = n.DiscardStmt.Target == pg_query.DiscardMode_DISCARD_ALL
 	case *pg_query.Node_DeallocateStmt:
 		d := n.DeallocateStmt
-		if d.Isall || d.Name == "" {
-			a.p.DeallocateAll = true
-		} else if a.p.Deallocate == "" {
-			// A string deallocating several names reports the first:
-			// keeping a stale entry for the others is harmless (the next
-			// Parse of that name replaces it), forgetting a live one is not.
-			a.p.Deallocate = d.Name
-		}
+		st.Deallocate = d.Name
+		st.DeallocateAll = d.Isall || d.Name == ""
 	}
 	return st
 }
@@ -173,8 +169,7 @@ func (a *analyzer) addEdit(e edit) { a.edits = append(a.edits, e) }
 // finish assembles the template from the edits and returns the plan, or
 // plan.Passthrough when there is nothing to do.
 func (a *analyzer) finish() *plan.Plan {
-	if len(a.edits) == 0 && len(a.inserts) == 0 && a.p.Touches == 0 && a.p.Deallocate == "" &&
-		!a.p.DeallocateAll && !hasTag(a.p.Statements) {
+	if len(a.edits) == 0 && len(a.inserts) == 0 && a.p.Touches == 0 && !hasEffects(a.p.Statements) {
 		return plan.Passthrough
 	}
 	p := a.p
@@ -199,9 +194,11 @@ func (a *analyzer) finish() *plan.Plan {
 	return &p
 }
 
-func hasTag(sts []plan.Statement) bool {
+// hasEffects reports whether a statement has a tag to rename or removes
+// prepared statements.
+func hasEffects(sts []plan.Statement) bool {
 	for _, s := range sts {
-		if s.Tag != "" {
+		if s != (plan.Statement{}) {
 			return true
 		}
 	}

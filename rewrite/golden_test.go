@@ -174,26 +174,23 @@ type templateView struct {
 }
 
 type planViewT struct {
-	Passthrough   bool             `json:",omitempty"`
-	Template      *templateView    `json:",omitempty"`
-	Local         *plan.Local      `json:",omitempty"`
-	Statements    []plan.Statement `json:",omitempty"`
-	MaxParam      int              `json:",omitempty"`
-	Touches       []string         `json:",omitempty"`
-	ShimCalls     bool             `json:",omitempty"`
-	Inserts       []plan.Insert    `json:",omitempty"`
-	Copy          *plan.Copy       `json:",omitempty"`
-	PlainInsert   bool             `json:",omitempty"`
-	Deallocate    string           `json:",omitempty"`
-	DeallocateAll bool             `json:",omitempty"`
+	Passthrough bool             `json:",omitempty"`
+	Template    *templateView    `json:",omitempty"`
+	Local       *plan.Local      `json:",omitempty"`
+	Statements  []plan.Statement `json:",omitempty"`
+	MaxParam    int              `json:",omitempty"`
+	Touches     []string         `json:",omitempty"`
+	ShimCalls   bool             `json:",omitempty"`
+	Inserts     []plan.Insert    `json:",omitempty"`
+	Copy        *plan.Copy       `json:",omitempty"`
+	PlainInsert bool             `json:",omitempty"`
 }
 
 func planView(p *plan.Plan) planViewT {
 	if p == plan.Passthrough {
 		return planViewT{Passthrough: true}
 	}
-	v := planViewT{Local: p.Local, Statements: p.Statements, MaxParam: p.MaxParam,
-		Deallocate: p.Deallocate, DeallocateAll: p.DeallocateAll, ShimCalls: p.ShimCalls}
+	v := planViewT{Local: p.Local, Statements: p.Statements, MaxParam: p.MaxParam, ShimCalls: p.ShimCalls}
 	for _, tn := range touchNames {
 		if p.Touches&tn.t != 0 {
 			v.Touches = append(v.Touches, tn.name)

@@ -36,7 +36,7 @@ func newInsertEnv(t *testing.T, setup string) *testEnv {
 }
 
 // shimWork reads pgtest.ShimWorkSQL on conn.
-func shimWork(t *testing.T, conn *pgx.Conn) (slow int64, blocks string) {
+func shimWork(t testing.TB, conn *pgx.Conn) (slow int64, blocks string) {
 	t.Helper()
 	if err := conn.QueryRow(context.Background(), pgtest.ShimWorkSQL).Scan(&slow, &blocks); err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func shimWork(t *testing.T, conn *pgx.Conn) (slow int64, blocks string) {
 // shimCalls runs fn inside a transaction on conn and returns how many times
 // the server ran snowflake.nextval's slow path meanwhile, plus one if it
 // drew a block.
-func shimCalls(t *testing.T, conn *pgx.Conn, fn func()) int64 {
+func shimCalls(t testing.TB, conn *pgx.Conn, fn func()) int64 {
 	t.Helper()
 	mustRun(t, conn, "BEGIN")
 	slow0, blocks0 := shimWork(t, conn)
@@ -65,7 +65,7 @@ func shimCalls(t *testing.T, conn *pgx.Conn, fn func()) int64 {
 // DEFAULT VALUES) is filled by the proxy: the proxy serves defaults only once
 // its catalog watch of the database is armed, shortly after the extension is
 // installed or the proxy started.
-func waitFastDefaults(t *testing.T, conn *pgx.Conn, table string) {
+func waitFastDefaults(t testing.TB, conn *pgx.Conn, table string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {

@@ -80,17 +80,28 @@ func TestDeallocateThatDidNotRunKeepsTheStatement(t *testing.T) {
 }
 
 // A DEALLOCATE that ran in a Query that failed afterwards dropped the
-// statement (prepared statements are not transactional): the stale record
-// the proxy keeps then must not stand in the way of a new Parse of the
-// name.
+// statement (prepared statements are not transactional). Regression
+// (found by FuzzPipelineMatchesServer): the proxy kept its record, and an
+// execution that left its ID to the server ran through the fallback
+// statement, which the server still had, instead of failing with 26000.
 func TestDeallocateBeforeAnErrorFreesTheName(t *testing.T) {
 	e, r := newNamedParseEnv(t)
+	e.execDirect(t, "CREATE SEQUENCE other") // for beginLeftToTheShim
 	r.prepare("w", pairsInsert)
+	r.run(beginLeftToTheShim)
+	r.mustExec("w", "1", "2") // prepares its fallback statement
+	r.run("COMMIT")
 	if codes := r.sendRaw(1, &pgproto3.Query{String: "DEALLOCATE w; SELECT 1/0"}); !slices.Equal(codes, []string{"22012"}) {
 		t.Fatalf("errors %v, want [22012]", codes)
 	}
-	if _, err := r.exec("w", "1", "2"); err == nil {
-		t.Fatal("w ran after its DEALLOCATE")
+	r.run(beginLeftToTheShim)
+	_, err := r.exec("w", "3", "4")
+	r.run("ROLLBACK")
+	if code := sqlState(err); code != "26000" {
+		t.Fatalf("w executed after its DEALLOCATE, left to the server: %v, want 26000", err)
+	}
+	if _, err := r.exec("w", "5", "6"); sqlState(err) != "26000" {
+		t.Fatalf("w executed after its DEALLOCATE: %v, want 26000", err)
 	}
 	r.prepare("w", twinInsert)
 	id := r.mustExec("w", "20")

@@ -149,7 +149,7 @@ func (p *clientPump) parse() error {
 	}
 	if !ok {
 		rec.t, rec.ids, rec.types = nil, 0, nil
-		rec.pl = &plan.Plan{Statements: pl.Statements, Touches: pl.Touches, Deallocate: pl.Deallocate, DeallocateAll: pl.DeallocateAll}
+		rec.pl = &plan.Plan{Statements: pl.Statements, Touches: pl.Touches}
 		p.push(owed{kind: owedParse, confirm: rec.confirmation()})
 		return p.cr.pass(p.sw)
 	}
@@ -335,8 +335,11 @@ func (p *clientPump) execute() error {
 			p.startCopy(rec.copy)
 		} else if rec != nil {
 			o.stmts = rec.pl.Statements
-			o.confirm = dropConfirm(rec.pl)
-			p.effects(rec.pl, o.confirm)
+			confirms := dropConfirms(rec.pl)
+			if confirms != nil {
+				o.confirm = confirms[0] // one statement
+			}
+			p.effects(rec.pl, confirms)
 			if rec.shimDefaults != 0 {
 				p.markShim()
 			}

@@ -23,10 +23,11 @@ import "github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 // "refused changes nothing": a Parse of the unnamed statement that the
 // server runs drops the unnamed statement first, so its refusal leaves
 // none (dropsOnFailure). A DEALLOCATE in a Query of several statements
-// counts as refused when any of them failed: keeping a record of a
-// statement the server dropped is harmless (its Binds fail as without
-// the proxy, and the next Parse of the name replaces it), forgetting one
-// it kept is not.
+// is confirmed by its own CommandComplete: prepared statements are not
+// transactional, and one that ran stays run when a later statement
+// fails. A record kept for a statement the server dropped would not be
+// harmless: a Bind that leaves an ID to the server would run it through
+// its fallback statement (fallbackstmt.go).
 //
 // Until the answer reaches the proxy, lookups see the new record: a Bind
 // behind the message before its Sync runs only if the message succeeded,

@@ -36,10 +36,10 @@ func TestSettledRecords(t *testing.T) {
 	answered := func(ok, failed bool) parseConfirm { return parseConfirm{ok: ok, failed: failed, done: true} }
 	parse := func(p *clientPump, rec *stmtRec) *parseConfirm { return p.recordNamed("x", rec, nil).confirmation() }
 	deallocateAll := func(p *clientPump, _ *stmtRec) *parseConfirm {
-		pl := &plan.Plan{DeallocateAll: true, Touches: plan.TouchPrepared}
-		c := dropConfirm(pl)
+		pl := &plan.Plan{Statements: []plan.Statement{{DeallocateAll: true}}, Touches: plan.TouchPrepared}
+		c := dropConfirms(pl)
 		p.effects(pl, c)
-		return c
+		return c[0]
 	}
 	closeUnnamed := func(p *clientPump, _ *stmtRec) *parseConfirm { return p.closeUnnamed() }
 	parseUnnamed := func(p *clientPump, rec *stmtRec) *parseConfirm { return p.recordUnnamed(rec).confirmation() }
@@ -58,6 +58,7 @@ func TestSettledRecords(t *testing.T) {
 		{"named Close skipped", false, func(p *clientPump, _ *stmtRec) *parseConfirm { return parse(p, nil) }, answered(false, false), "old"},
 		{"named Close unanswered", false, func(p *clientPump, _ *stmtRec) *parseConfirm { return parse(p, nil) }, parseConfirm{}, "none"},
 		{"DEALLOCATE ALL failed", false, deallocateAll, answered(false, true), "old"},
+		{"DEALLOCATE ALL skipped", false, deallocateAll, answered(false, false), "old"},
 		{"DEALLOCATE ALL run", false, deallocateAll, answered(true, false), "none"},
 		{"unnamed Parse confirmed", true, parseUnnamed, answered(true, false), "new"},
 		{"unnamed Parse skipped", true, parseUnnamed, answered(false, false), "old"},

@@ -42,10 +42,14 @@ type owed struct {
 	// record whose Parse this is, set at its ParseComplete (under
 	// shared.mu); owedBind of a Bind to a fallback statement: its
 	// confirmation, set at BindComplete, dropped at an error
-	// (fallbackstmt.go); owedClose of a statement, owedQuery and
-	// owedExecute of a DEALLOCATE or DISCARD ALL: the answer the records
-	// they change wait for (namedparse.go).
+	// (fallbackstmt.go); owedClose of a statement, owedExecute of a
+	// DEALLOCATE or DISCARD ALL: the answer the records they change wait
+	// for (namedparse.go).
 	confirm *parseConfirm
+	// confirms: owedQuery of a string that removes prepared statements:
+	// per statement, the answer the records it changes wait for, set at
+	// the statement's CommandComplete (nil for the others).
+	confirms []*parseConfirm
 }
 
 // owedQueue is a FIFO of owed responses. It reuses its array: no
@@ -80,6 +84,11 @@ func (q *owedQueue) front() *owed {
 func (q *owedQueue) pop() {
 	if c := q.items[q.head].confirm; c != nil {
 		c.done = true
+	}
+	for _, c := range q.items[q.head].confirms {
+		if c != nil {
+			c.done = true
+		}
 	}
 	q.items[q.head] = owed{}
 	q.head++

@@ -298,11 +298,7 @@ func (p *serverPump) ready(body []byte) {
 	}
 	p.sh.readies++
 	for !p.sh.q.empty() {
-		o := p.sh.q.front()
-		k := o.kind
-		if k == owedQuery && o.confirm != nil && !o.confirm.failed {
-			o.confirm.ok = true // the Query ran without an error
-		}
+		k := p.sh.q.front().kind
 		p.sh.q.pop()
 		if k.endsAtReady() {
 			break
@@ -328,6 +324,9 @@ func (p *serverPump) commandComplete() error {
 		case owedQuery:
 			if o.n < len(o.stmts) {
 				tag = o.stmts[o.n].Tag
+			}
+			if o.n < len(o.confirms) && o.confirms[o.n] != nil {
+				o.confirms[o.n].ok = true // prepared statements are not transactional
 			}
 			o.n++
 		case owedExecute:

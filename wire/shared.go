@@ -76,9 +76,9 @@ func newShared(track bool) *shared {
 
 // parseConfirm is the server's answer to a message whose owed entry
 // carries it: ok when the server confirmed it (ParseComplete,
-// BindComplete, CloseComplete, the CommandComplete of an Execute, the
-// ReadyForQuery of a Query without an error), failed when an error
-// answered the message itself (not one that made the server skip it),
+// BindComplete, CloseComplete, the CommandComplete of an Execute or of
+// a Query's statement), failed when an error answered the message itself
+// (not one that made the server skip it),
 // done once its owed entry left the queue, answered or skipped. Shared
 // state under shared.mu, set by the server pump (through the owed entry)
 // and read by the client pump (confirmed, settleChain).

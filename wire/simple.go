@@ -41,8 +41,8 @@ func (p *clientPump) query() error {
 			p.markShim()
 		}
 		p.srv.countFallback(p.executionFallback(shim, false, pl))
-		c := dropConfirm(pl)
-		p.push(owed{kind: owedQuery, stmts: pl.Statements, confirm: c})
+		c := dropConfirms(pl)
+		p.push(owed{kind: owedQuery, stmts: pl.Statements, confirms: c})
 		p.forwardedQuery(pl, c)
 		return p.cr.pass(p.sw)
 	}
@@ -57,8 +57,8 @@ func (p *clientPump) query() error {
 	p.srv.countFallback(p.executionFallback(shim, p.noteShimSlots(t), pl))
 	if !ok {
 		// No SQL for an extension slot: the server answers the original.
-		c := dropConfirm(pl)
-		p.push(owed{kind: owedQuery, confirm: c})
+		c := dropConfirms(pl)
+		p.push(owed{kind: owedQuery, confirms: c})
 		p.forwardedQuery(pl, c)
 		return p.cr.pass(p.sw)
 	}
@@ -82,63 +82,61 @@ func (p *clientPump) query() error {
 	p.out, start = pgmsg.BeginQuery(p.out[:0])
 	p.out = t.RenderLiteral(p.out, p.vals)
 	p.out = pgmsg.FinishQuery(p.out, start)
-	c := dropConfirm(pl)
-	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, plan.Literals), confirm: c})
+	c := dropConfirms(pl)
+	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, plan.Literals), confirms: c})
 	p.forwardedQuery(pl, c)
 	_, err = p.sw.Write(p.out)
 	return err
 }
 
 // forwardedQuery records the effects of a Query sent to the server: it
-// destroys the unnamed statement and portal, and its plan's touches. c is
-// the confirmation its owed entry carries (dropConfirm).
-func (p *clientPump) forwardedQuery(pl *plan.Plan, c *parseConfirm) {
+// destroys the unnamed statement and portal, and its plan's touches.
+// confirms are those its owed entry carries (dropConfirms).
+func (p *clientPump) forwardedQuery(pl *plan.Plan, confirms []*parseConfirm) {
 	p.dropUnnamed()
 	p.stmtLive, p.unnamedPortal, p.portalLive = false, nil, false
-	p.effects(pl, c)
+	p.effects(pl, confirms)
 }
 
-// dropConfirm returns the confirmation that the owed entry of a Query or
-// Execute of pl carries when pl may drop prepared statements (nil
-// otherwise): set when the server ran it without an error (namedparse.go).
-func dropConfirm(pl *plan.Plan) *parseConfirm {
-	if pl.Deallocate == "" && !pl.DeallocateAll && pl.Touches&plan.TouchPrepared == 0 {
-		return nil
+// dropConfirms returns, when a statement of pl removes prepared
+// statements, a confirmation per statement (nil for the others), which
+// the statement's CommandComplete sets (namedparse.go); nil otherwise.
+func dropConfirms(pl *plan.Plan) []*parseConfirm {
+	var cs []*parseConfirm
+	for i, st := range pl.Statements {
+		if st.Deallocate == "" && !st.DeallocateAll {
+			continue
+		}
+		if cs == nil {
+			cs = make([]*parseConfirm, len(pl.Statements))
+		}
+		cs[i] = &parseConfirm{}
 	}
-	return &parseConfirm{}
+	return cs
 }
 
 // answeredNow is the confirmation of a change that needs no answer.
 var answeredNow = parseConfirm{ok: true, done: true}
 
-// effects applies what an executed statement does to the session records:
-// prepared statements dropped by DEALLOCATE or DISCARD ALL (the client's
-// once the server confirmed it through c, dropConfirm(pl); the proxy's
-// own, and confirmations of fallback statements, at once: forgetting
-// those only costs a Parse), and mirror state made stale (again at each
-// ReadyForQuery until the transaction ends, for SET LOCAL and rollbacks).
-func (p *clientPump) effects(pl *plan.Plan, c *parseConfirm) {
+// effects applies what an executed string does to the session records:
+// prepared statements removed by DEALLOCATE or DISCARD ALL (the client's
+// once the server confirmed the statement through confirms, dropConfirms;
+// the proxy's own, and confirmations of fallback statements, at once:
+// forgetting those only costs a Parse), and mirror state made stale
+// (again at each ReadyForQuery until the transaction ends, for SET LOCAL
+// and rollbacks).
+func (p *clientPump) effects(pl *plan.Plan, confirms []*parseConfirm) {
+	for i, st := range pl.Statements {
+		if st.Deallocate == "" && !st.DeallocateAll {
+			continue
+		}
+		c := &answeredNow // no entry to wait for
+		if i < len(confirms) && confirms[i] != nil {
+			c = confirms[i]
+		}
+		p.deallocated(st, c)
+	}
 	t := pl.Touches
-	if c == nil {
-		c = &answeredNow // no entry to wait for
-	}
-	if pl.DeallocateAll || (t&plan.TouchPrepared != 0 && pl.Deallocate == "") {
-		names := make([]string, 0, len(p.stmts))
-		for name := range p.stmts {
-			names = append(names, name)
-		}
-		for _, name := range names {
-			p.recordNamed(name, nil, c)
-		}
-		clear(p.prepared)
-		p.fallbacksDropped(nil, true) // the server dropped them too
-	} else if pl.Deallocate != "" {
-		p.recordNamed(pl.Deallocate, nil, c)
-		p.fallbacksDropped([]byte(pl.Deallocate), false)
-		if strings.HasPrefix(pl.Deallocate, preparedQueryPrefix) {
-			p.forgetPrepared(pl.Deallocate) // simpleprep.go
-		}
-	}
 	if t == 0 {
 		return
 	}
@@ -150,4 +148,26 @@ func (p *clientPump) effects(pl *plan.Plan, c *parseConfirm) {
 	p.sh.pending |= t
 	p.sh.shimBusy |= t & touchFence
 	p.sh.mu.Unlock()
+}
+
+// deallocated records a statement that removes prepared statements,
+// confirmed through c.
+func (p *clientPump) deallocated(st plan.Statement, c *parseConfirm) {
+	if st.DeallocateAll {
+		names := make([]string, 0, len(p.stmts))
+		for name := range p.stmts {
+			names = append(names, name)
+		}
+		for _, name := range names {
+			p.recordNamed(name, nil, c)
+		}
+		clear(p.prepared)
+		p.fallbacksDropped(nil, true) // the server dropped them too
+		return
+	}
+	p.recordNamed(st.Deallocate, nil, c)
+	p.fallbacksDropped([]byte(st.Deallocate), false)
+	if strings.HasPrefix(st.Deallocate, preparedQueryPrefix) {
+		p.forgetPrepared(st.Deallocate) // simpleprep.go
+	}
 }

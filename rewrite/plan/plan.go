@@ -116,6 +116,12 @@ type Statement struct {
 	// Tag, when not empty, replaces the command tag of this statement's
 	// CommandComplete (the shim runs CREATE EXTENSION as DO, for example).
 	Tag string
+	// Deallocate names the prepared statement this statement removes
+	// (DEALLOCATE name); DeallocateAll is set for DEALLOCATE ALL and
+	// DISCARD ALL. Prepared statements are not transactional: the
+	// statement's CommandComplete says they are gone.
+	Deallocate    string `json:",omitempty"`
+	DeallocateAll bool   `json:",omitempty"`
 }
 
 // Plan is the analysis of one SQL string.
@@ -141,10 +147,6 @@ type Plan struct {
 	// Copy is non-nil when the string is one COPY ... FROM STDIN with a
 	// column list, whose rows the session may complete (plan.Copy).
 	Copy *Copy
-	// Deallocate names the prepared statement a DEALLOCATE removes; "" for
-	// none. DeallocateAll is set for DEALLOCATE ALL.
-	Deallocate    string
-	DeallocateAll bool
 }
 
 // Passthrough is the plan for text the proxy does not need to touch.

@@ -1,0 +1,250 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Differential test of the extended protocol: a pipeline of Parse, Bind,
+// Describe, Execute, Close, Sync and Query messages, with statements the
+// proxy rewrites, ones it passes, ones the server refuses and the messages
+// it then skips, gets through the proxy the answers it gets from the
+// server alone (message types, SQLSTATEs, command tags, parameter counts),
+// and leaves the same rows. The proxy keeps records of the client's
+// statements (wire/namedparse.go); wherever they part from the server's
+// statements, a Bind gets the wrong IDs and the answers differ.
+//
+// Each Sync group (and each Query) is sent alone and answered before the
+// next: a Bind sent behind the Sync of a Parse the server refuses, before
+// its answer, is a difference the proxy knows of (namedparse.go).
+
+// fuzzParseTexts are the statements a Parse may carry: INSERTs with one
+// and two IDs per row, a statement passed as it is, a syntax error, one
+// that fails when it runs with 0, a DEALLOCATE, a call the proxy answers.
+var fuzzParseTexts = []string{
+	pairsInsert,
+	twinInsert,
+	"SELECT $1::int AS v",
+	"SELEC 1",
+	"SELECT 10 / $1::int AS q",
+	"DEALLOCATE a",
+	"SELECT snowflake.nextval() > 0 AS ok",
+}
+
+// fuzzQueries are the simple Queries of the pipeline.
+var fuzzQueries = []string{
+	"DEALLOCATE a",
+	"DEALLOCATE ALL",
+	"SELECT 1/0; DEALLOCATE a",
+	"DEALLOCATE a; SELECT 1/0",
+	"BEGIN",
+	"ROLLBACK",
+	"DISCARD ALL",
+	"INSERT INTO pairs (a) VALUES (99)",
+}
+
+var fuzzNames = []string{"", "a", "b"}
+
+// fuzzMessages decodes data into Sync groups of messages: each byte picks
+// a message, the next one its arguments. Every group ends with a Sync or
+// is one Query.
+func fuzzMessages(data []byte) [][]pgproto3.FrontendMessage {
+	const maxMessages = 48
+	var groups [][]pgproto3.FrontendMessage
+	var cur []pgproto3.FrontendMessage
+	end := func(m pgproto3.FrontendMessage) {
+		cur = append(cur, m)
+		groups = append(groups, cur)
+		cur = nil
+	}
+	n := 0
+	for i := 0; i < len(data) && n < maxMessages; i, n = i+2, n+1 {
+		op, arg := data[i], byte(0)
+		if i+1 < len(data) {
+			arg = data[i+1]
+		}
+		name := fuzzNames[int(arg>>4)%len(fuzzNames)]
+		switch op % 8 {
+		case 0:
+			cur = append(cur, &pgproto3.Parse{Name: name, Query: fuzzParseTexts[int(arg&15)%len(fuzzParseTexts)]})
+		case 1, 2:
+			params := make([][]byte, int(arg&3)%3)
+			for j := range params {
+				params[j] = []byte(strconv.Itoa(int(arg>>2&3) + j)) // 0 for a division by zero
+			}
+			cur = append(cur, &pgproto3.Bind{PreparedStatement: name, Parameters: params},
+				&pgproto3.Execute{})
+		case 3:
+			cur = append(cur, &pgproto3.Close{ObjectType: 'S', Name: name})
+		case 4:
+			cur = append(cur, &pgproto3.Describe{ObjectType: 'S', Name: name})
+		case 5:
+			if cur != nil {
+				end(&pgproto3.Sync{})
+			}
+			groups = append(groups, []pgproto3.FrontendMessage{&pgproto3.Query{String: fuzzQueries[int(arg)%len(fuzzQueries)]}})
+		default:
+			end(&pgproto3.Sync{})
+		}
+	}
+	if cur != nil {
+		end(&pgproto3.Sync{})
+	}
+	return groups
+}
+
+// answers sends each group on pc and returns what came back, one line per
+// message: its type, and what must agree (SQLSTATE, tag, counts); the
+// values of rows differ (IDs) and are left out.
+func answers(t *testing.T, pc *pgconn.PgConn, groups [][]pgproto3.FrontendMessage) []string {
+	t.Helper()
+	if err := pc.Conn().SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	fe := pc.Frontend()
+	var out []string
+	for _, g := range groups {
+		for _, m := range g {
+			fe.Send(m)
+		}
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for ready := false; !ready; {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatalf("after %q: %v", out, err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.ErrorResponse:
+				out = append(out, "error "+m.Code)
+			case *pgproto3.CommandComplete:
+				out = append(out, "complete "+string(m.CommandTag))
+			case *pgproto3.ParameterDescription:
+				out = append(out, fmt.Sprintf("parameters %d", len(m.ParameterOIDs)))
+			case *pgproto3.RowDescription:
+				out = append(out, fmt.Sprintf("row description %d", len(m.Fields)))
+			case *pgproto3.DataRow:
+				out = append(out, fmt.Sprintf("row %d", len(m.Values)))
+			case *pgproto3.ReadyForQuery:
+				out = append(out, "ready "+string(m.TxStatus))
+				ready = true
+			case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
+			default:
+				out = append(out, fmt.Sprintf("%T", m))
+			}
+		}
+	}
+	return out
+}
+
+// fuzzRows is what the pipeline left in the tables, IDs as NULL or not.
+func fuzzRows(t *testing.T, conn *pgx.Conn) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `SELECT 'pairs ' || coalesce(a::text, '-') || ' ' || coalesce(b::text, '-') || ' ' || (id IS NULL)::text FROM pairs
+		UNION ALL SELECT 'twin ' || coalesce(a::text, '-') || ' ' || (id IS NULL)::text || ' ' || (id2 IS NULL)::text || ' ' || (id = id2)::text FROM twin`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	return got
+}
+
+func FuzzPipelineMatchesServer(f *testing.F) {
+	for _, seed := range []string{
+		// Parse a (pairs), Bind, Execute, Sync; an error, then a skipped
+		// Close of a; Bind a again.
+		"\x00\x10\x01\x12\x07\x00\x00\x03\x03\x10\x07\x00\x01\x12\x07\x00",
+		// The unnamed statement: Parse (twin), Sync, a refused Parse
+		// of b then a skipped Parse of it (pairs), Sync, Bind with one.
+		"\x00\x01\x07\x00\x00\x23\x00\x00\x07\x00\x01\x01\x07\x00",
+		// DEALLOCATE behind a failed statement, then Bind a; DEALLOCATE
+		// before one.
+		"\x00\x10\x07\x00\x05\x02\x01\x12\x07\x00\x05\x03\x01\x12\x07\x00",
+		// A refused Parse of a name it has (42P05), Sync, Describe, Bind.
+		"\x00\x10\x07\x00\x00\x11\x07\x00\x04\x10\x01\x12\x07\x00",
+		// Execute of DEALLOCATE a in a skipped group; a division by zero.
+		"\x00\x10\x07\x00\x00\x03\x00\x05\x01\x00\x07\x00\x00\x24\x01\x21\x07\x00\x01\x12\x07\x00",
+	} {
+		f.Add([]byte(seed))
+	}
+	viaProxy := newEnv(f, insertNode)
+	viaProxy.installExtension(f)
+	viaProxy.execDirect(f, namedParseTables)
+	warm := viaProxy.connect(f, pgx.QueryExecModeCacheStatement)
+	waitFastDefaults(f, warm, "pairs")
+	waitFastDefaults(f, warm, "twin")
+	alone := newEnv(f, insertNode)
+	alone.installExtension(f)
+	alone.execDirect(f, namedParseTables)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		groups := fuzzMessages(data)
+		if len(groups) == 0 {
+			return
+		}
+		for _, e := range []*testEnv{viaProxy, alone} {
+			e.execDirect(t, "TRUNCATE pairs, twin")
+		}
+		proxied := viaProxy.connect(t, pgx.QueryExecModeCacheStatement)
+		direct := connectConfig(t, directConfig(t, alone))
+		got := answers(t, proxied.PgConn(), groups)
+		want := answers(t, direct.PgConn(), groups)
+		if !slices.Equal(got, want) {
+			t.Fatalf("pipeline %s\nthrough the proxy:\n  %s\nfrom the server alone:\n  %s",
+				describeGroups(groups), strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+		if got, want := fuzzRows(t, viaProxy.connectDirect(t)), fuzzRows(t, alone.connectDirect(t)); !slices.Equal(got, want) {
+			t.Fatalf("pipeline %s\nrows through the proxy %q, from the server alone %q", describeGroups(groups), got, want)
+		}
+	})
+}
+
+// directConfig is e's database straight on the server, with the node the
+// proxy would set.
+func directConfig(t *testing.T, e *testEnv) *pgx.ConnConfig {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(e.srv.URL(e.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["snowflake.node"] = strconv.Itoa(insertNode)
+	return cfg
+}
+
+// describeGroups renders the pipeline for a failure message.
+func describeGroups(groups [][]pgproto3.FrontendMessage) string {
+	var b strings.Builder
+	for _, g := range groups {
+		b.WriteString("\n ")
+		for _, m := range g {
+			switch m := m.(type) {
+			case *pgproto3.Parse:
+				fmt.Fprintf(&b, " Parse %q %q;", m.Name, m.Query)
+			case *pgproto3.Bind:
+				fmt.Fprintf(&b, " Bind %q %q;", m.PreparedStatement, m.Parameters)
+			case *pgproto3.Close:
+				fmt.Fprintf(&b, " Close %q;", m.Name)
+			case *pgproto3.Describe:
+				fmt.Fprintf(&b, " Describe %q;", m.Name)
+			case *pgproto3.Query:
+				fmt.Fprintf(&b, " Query %q;", m.String)
+			default:
+				fmt.Fprintf(&b, " %T;", m)
+			}
+		}
+	}
+	return b.String()
+}
