@@ -145,3 +145,24 @@ func TestSkippedUnnamedParseKeepsTheStatement(t *testing.T) {
 		t.Fatalf("Bind after the refused unnamed Parse: errors %v, want [26000]", codes)
 	}
 }
+
+// Regression (found by FuzzPipelineMatchesServer): in an aborted
+// transaction a Bind with the wrong number of parameters got 25P02, from
+// the fallback statement's Parse the proxy sent first, where the server
+// alone answers 08P01.
+func TestBindInAnAbortedTransactionAnswersAsTheServer(t *testing.T) {
+	_, r := newNamedParseEnv(t)
+	r.prepare("a", pairsInsert)
+	r.mustExec("a", "1", "2")
+	if codes := r.sendRaw(1, &pgproto3.Query{String: "BEGIN; SELECT 1/0"}); !slices.Equal(codes, []string{"22012"}) {
+		t.Fatalf("errors %v, want [22012]", codes)
+	}
+	if _, err := r.exec("a", "3"); sqlState(err) != "08P01" {
+		t.Fatalf("Bind of one parameter in the aborted transaction: %v, want 08P01", err)
+	}
+	if _, err := r.exec("a", "3", "4"); sqlState(err) != "25P02" {
+		t.Fatalf("Bind in the aborted transaction: %v, want 25P02", err)
+	}
+	r.run("ROLLBACK")
+	r.mustExec("a", "5", "6")
+}

@@ -259,7 +259,7 @@ func (p *clientPump) bind() error {
 	}
 	p.out = p.out[:0]
 	var fbConfirm *parseConfirm
-	if left && rec.bound {
+	if left && rec.bound && !p.abortedNow() {
 		msg.Statement, fbConfirm = p.appendFallbackPrep(rec)
 	}
 	var start int

@@ -76,6 +76,19 @@ func (p *clientPump) appendFallbackPrep(rec *stmtRec) ([]byte, *parseConfirm) {
 	return fb.name, &fb.parsed
 }
 
+// abortedNow reports whether the server will read the next message in an
+// aborted transaction: the last ReadyForQuery said so and nothing was
+// sent since. A Bind there fails whatever it binds (25P02, or 08P01 for
+// a wrong number of parameters, which the server checks first), so it
+// goes to the client's statement as it is, its IDs NULL: the fallback
+// statement's Parse would fail first, with 25P02 (regression, found by
+// FuzzPipelineMatchesServer).
+func (p *clientPump) abortedNow() bool {
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
+	return p.sh.txStatus == 'E' && p.sh.q.empty() && !p.sh.dirty
+}
+
 // fallbackName returns a name given back by a record that went, or a new
 // one.
 func (p *clientPump) fallbackName() []byte {
