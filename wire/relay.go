@@ -178,8 +178,9 @@ func (p *serverPump) handle(typ byte) error {
 				// The server refused a privilege the session's cache may
 				// still grant (a REVOKE the catalog watch has not seen
 				// yet, the shim having checked at once): what the
-				// session cached about sequences and targets goes.
-				p.sh.invalid |= plan.TouchRole
+				// session cached about sequences and targets goes, as
+				// after DDL (not the node, role and settings).
+				p.sh.invalid |= plan.TouchCatalog
 			}
 			p.sh.mu.Unlock()
 		}
