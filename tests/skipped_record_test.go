@@ -166,3 +166,30 @@ func TestBindInAnAbortedTransactionAnswersAsTheServer(t *testing.T) {
 	r.run("ROLLBACK")
 	r.mustExec("a", "5", "6")
 }
+
+// Regression (found in review): a statement closed or deallocated, whose
+// name the client never used again (pgjdbc's S_1, S_2...), kept its
+// record and its fallback statement's name for the life of the session,
+// and each new statement prepared another fallback statement on the
+// server.
+func TestClosedStatementsGiveBackTheirFallbackStatement(t *testing.T) {
+	_, conn := newFallbackEnv(t)
+	r := newRawSession(t, conn)
+	for i := range 6 {
+		name := "s_" + strconv.Itoa(i)
+		r.prepare(name, looseInsert)
+		r.run(beginLeftToTheShim)
+		r.mustExec(name, "payload "+name)
+		r.run("COMMIT")
+		if i%2 == 0 {
+			if codes := r.sendRaw(1, &pgproto3.Close{ObjectType: 'S', Name: name}, &pgproto3.Sync{}); len(codes) != 0 {
+				t.Fatalf("Close %s: errors %v", name, codes)
+			}
+		} else {
+			r.run("DEALLOCATE " + name)
+		}
+	}
+	if _, fallback := preparedTexts(t, conn); len(fallback) != 1 {
+		t.Fatalf("%d fallback statements after 6 statements closed in turn, want 1", len(fallback))
+	}
+}

@@ -34,8 +34,12 @@ type clientPump struct {
 	cr frameReader   // from the client
 	sw *bufio.Writer // to the server
 
-	stmts         map[string]*stmtRec
-	unnamed       *stmtRec
+	// Statement records (namedparse.go): per name, and the changes the
+	// server has not answered, in the order sent (changes[changesHead:]).
+	stmts         map[string]*stmtSlot
+	unnamed       stmtSlot
+	changes       []*stmtSlot
+	changesHead   int
 	portals       map[string]*stmtRec
 	unnamedPortal *stmtRec
 	stmtLive      bool // an unnamed statement may exist on the server

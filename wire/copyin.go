@@ -228,7 +228,8 @@ func (p *clientPump) parseCopy(pl *plan.Plan, msg pgmsg.Parse) (done bool, err e
 	if s == nil || err != nil {
 		return false, err
 	}
-	rec := p.recordUnnamed(&stmtRec{pl: pl, base: msg.NumTypes(), copy: s})
+	rec := &stmtRec{pl: pl, base: msg.NumTypes(), copy: s}
+	confirm := p.recordUnnamed(rec)
 	p.stmtLive = true
 	var start int
 	p.out, start = pgmsg.BeginParse(p.out[:0], "")
@@ -237,7 +238,7 @@ func (p *clientPump) parseCopy(pl *plan.Plan, msg pgmsg.Parse) (done bool, err e
 	p.out = append(p.out, msg.Types()...)
 	p.out = pgmsg.Finish(p.out, start)
 	p.cr.consume()
-	p.push(owed{kind: owedParse, confirm: &rec.parsed})
+	p.push(owed{kind: owedParse, confirm: confirm})
 	_, err = p.sw.Write(p.out)
 	return true, err
 }

@@ -37,18 +37,9 @@ type stmtRec struct {
 	bound   bool
 	fb      *fallbackStmt
 	fbTypes []byte
-	// A record until the server answers the message that made it
-	// (namedparse.go): unsettled, answer (the confirmation of its own
-	// Parse, or of a Close or DEALLOCATE), and the record it replaced;
-	// placeholder: it stands for no record (a Parse the proxy passed as
-	// it is, a Close, a DEALLOCATE), kept only to hold the one it
-	// replaced; dropsOnFailure: a Parse of the unnamed statement, whose
-	// refusal by the server leaves no unnamed statement.
-	unsettled      bool
-	placeholder    bool
-	dropsOnFailure bool
-	answer         *parseConfirm
-	replaced       *stmtRec
+	// unsettled: the record is a change the server has not answered yet
+	// (namedparse.go).
+	unsettled bool
 }
 
 // rendering is how the record's template is rendered in its Parse.
@@ -61,26 +52,14 @@ func (rec *stmtRec) rendering() plan.Rendering {
 
 // stmt returns the record of the statement name, nil when it has none.
 func (p *clientPump) stmt(name []byte) *stmtRec {
+	p.settleAnswered()
 	if len(name) == 0 {
-		if p.unnamed != nil && p.unnamed.unsettled {
-			p.unnamed = p.settleChain(p.unnamed)
-		}
-		return lookup(p.unnamed)
+		return p.unnamed.current()
 	}
-	rec := p.stmts[string(name)]
-	if rec != nil && rec.unsettled {
-		rec = p.settleNamed(string(name))
+	if s := p.stmts[string(name)]; s != nil {
+		return s.current()
 	}
-	return lookup(rec)
-}
-
-// dropUnnamed drops the record of the unnamed statement, which a Query
-// destroys: the records go, and give back their fallback names
-// (fallbackstmt.go). Every other change of p.unnamed waits for the
-// server's answer (recordUnnamed, closeUnnamed).
-func (p *clientPump) dropUnnamed() {
-	p.dropRecords(p.unnamed)
-	p.unnamed = nil
+	return nil
 }
 
 func (p *clientPump) portal(name []byte) *stmtRec {
@@ -137,20 +116,21 @@ func (p *clientPump) parse() error {
 		}
 	}
 	// The Parse is handled here for good: record it.
+	var confirm *parseConfirm
 	if len(name) == 0 {
-		rec = p.recordUnnamed(rec)
+		confirm = p.recordUnnamed(rec)
 		p.stmtLive = true
 	} else {
-		rec = p.recordNamed(string(name), rec, nil)
+		confirm = p.recordNamed(string(name), rec, nil)
 	}
 	if rec == nil || rec.t == nil {
-		p.push(owed{kind: owedParse, confirm: rec.confirmation()})
+		p.push(owed{kind: owedParse, confirm: confirm})
 		return p.cr.pass(p.sw)
 	}
 	if !ok {
 		rec.t, rec.ids, rec.types = nil, 0, nil
 		rec.pl = &plan.Plan{Statements: pl.Statements, Touches: pl.Touches}
-		p.push(owed{kind: owedParse, confirm: rec.confirmation()})
+		p.push(owed{kind: owedParse, confirm: confirm})
 		return p.cr.pass(p.sw)
 	}
 	if rec.ids > 0 && p.bindsBound() {
@@ -162,7 +142,7 @@ func (p *clientPump) parse() error {
 	}
 	p.out = p.appendParse(p.out[:0], name, rec, msg.Types(), rec.rendering())
 	p.cr.consume()
-	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, rec.rendering()), confirm: &rec.parsed})
+	p.push(owed{kind: owedParse, pos: newPosMap(rec.t, p.vals, rec.base, rec.rendering()), confirm: confirm})
 	_, err = p.sw.Write(p.out)
 	return err
 }
@@ -363,7 +343,7 @@ func (p *clientPump) closeMsg() error {
 			if len(msg.Name) == 0 {
 				o.confirm = p.closeUnnamed()
 			} else {
-				o.confirm = p.recordNamed(string(msg.Name), nil, nil).confirmation()
+				o.confirm = p.recordNamed(string(msg.Name), nil, nil)
 				p.fallbacksDropped(msg.Name, false)
 			}
 		case 'P':

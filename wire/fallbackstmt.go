@@ -128,15 +128,9 @@ func (p *clientPump) fallbacksDropped(name []byte, all bool) {
 		return
 	}
 	owns := func(rec *stmtRec) bool { return rec != nil && rec.fb != nil && (all || bytes.Equal(rec.fb.name, name)) }
-	unconfirm := func(rec *stmtRec) {
-		for ; rec != nil; rec = rec.replaced { // namedparse.go
-			if owns(rec) {
-				rec.unconfirmFallback()
-			}
+	p.records(func(rec *stmtRec) {
+		if owns(rec) {
+			rec.unconfirmFallback()
 		}
-	}
-	unconfirm(p.unnamed)
-	for _, rec := range p.stmts {
-		unconfirm(rec)
-	}
+	})
 }

@@ -1,169 +1,219 @@
 package wire
 
-import "github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
-
 // Statement records changed when the server has answered. PostgreSQL
 // keeps a named statement until a Close or DEALLOCATE that runs: a Parse
 // of a name it has fails (42P05), as does one it cannot parse, plan or
 // type, and every message skipped after an earlier error in the pipeline
 // changes nothing, a Close or a Parse of the unnamed statement included; a
-// DEALLOCATE in a Query whose earlier statement failed never runs. The
-// proxy changes its record of a statement when it forwards the message,
-// and keeps the record it replaced (replaced) until the server has
-// answered the message (answer): the first lookup of the name after that
-// settles it, keeping the new record if the server confirmed the message
-// and going back to the one before otherwise. Without that, a client that
-// ignored an error had its later Binds of the name rendered for a text the
-// server never took: IDs appended in the wrong places, or left out.
+// DEALLOCATE in a Query whose earlier statement failed never runs. So the
+// proxy keeps, per statement name, the record the server has for sure
+// (stmtSlot.base) and the changes it sent and the server has not answered
+// yet (pending, oldest first): a Parse's new record, or none for a Close,
+// a DEALLOCATE or a Parse of a statement the proxy passes as it is.
+// Lookups see the newest change: a Bind behind it in the pipeline runs
+// only if the change was made.
 //
-// A change that leaves the name without a record (a Parse of a statement
-// the proxy passes as it is, a Close, a DEALLOCATE) puts a placeholder in
-// its place that holds the record it replaced; lookups see the name as
-// recordless unless the server refused the change. The one exception to
-// "refused changes nothing": a Parse of the unnamed statement that the
-// server runs drops the unnamed statement first, so its refusal leaves
-// none (dropsOnFailure). A DEALLOCATE in a Query of several statements
-// is confirmed by its own CommandComplete: prepared statements are not
-// transactional, and one that ran stays run when a later statement
-// fails. A record kept for a statement the server dropped would not be
-// harmless: a Bind that leaves an ID to the server would run it through
-// its fallback statement (fallbackstmt.go).
+// Answers come in the order the messages were sent, whatever their
+// names, so the session keeps every pending change in one FIFO too
+// (clientPump.changes), and settles it from its front as far as the
+// server has answered (settleAnswered) before each lookup and change. A
+// change the server confirmed becomes the base; one it skipped or
+// refused goes, and the base stays. The one exception to "refused changes
+// nothing": a Parse of the unnamed statement that the server runs drops
+// the unnamed statement first, so its refusal leaves none
+// (dropsOnFailure). A DEALLOCATE in a Query of several statements is
+// confirmed by its own CommandComplete: prepared statements are not
+// transactional. Without all this, a client that ignored an error had its
+// later Binds of the name rendered for a record the server does not
+// have: IDs appended in the wrong places, or left out, or a statement
+// the server dropped run through its fallback statement
+// (fallbackstmt.go).
 //
-// Until the answer reaches the proxy, lookups see the new record: a Bind
-// behind the message before its Sync runs only if the message succeeded,
-// but one sent after that Sync, before the answer came back, is still
-// rendered for the new record (the proxy does not wait).
+// Until an answer reaches the proxy, lookups see the change: a Bind sent
+// after the Sync of a change the server refuses, before its answer came
+// back, is still rendered for it (the proxy does not wait).
 
-// replaceRecord makes rec (nil: a placeholder) the record of a statement
-// whose record was old, to be settled by answer (nil: rec's own Parse),
-// and returns the new record, nil when there was none and is none.
-func (p *clientPump) replaceRecord(old, rec *stmtRec, answer *parseConfirm) *stmtRec {
-	if rec == nil && old == nil {
-		return nil
+// stmtSlot is what the proxy knows of one statement name.
+type stmtSlot struct {
+	name    string   // "" for the unnamed statement
+	base    *stmtRec // the server's, nil for none
+	pending []pendingChange
+}
+
+// pendingChange is a change of a statement the server has not answered.
+type pendingChange struct {
+	rec            *stmtRec // the new record; nil: the name has none after it
+	answer         *parseConfirm
+	dropsOnFailure bool
+}
+
+// current is the record lookups see: the newest change's, else the base.
+func (s *stmtSlot) current() *stmtRec {
+	if n := len(s.pending); n > 0 {
+		return s.pending[n-1].rec
 	}
-	if rec == nil {
-		rec = &stmtRec{pl: plan.Passthrough, placeholder: true}
-	}
+	return s.base
+}
+
+// empty reports whether the slot holds nothing.
+func (s *stmtSlot) empty() bool { return s.base == nil && len(s.pending) == 0 }
+
+// change records a change of slot s answered through answer (nil: rec's
+// own Parse confirmation, or a new one when rec is nil) and returns
+// answer, for the owed entry of the message.
+func (p *clientPump) change(s *stmtSlot, rec *stmtRec, answer *parseConfirm, dropsOnFailure bool) *parseConfirm {
 	if answer == nil {
-		answer = &rec.parsed
-	}
-	rec.unsettled, rec.replaced, rec.answer = true, old, answer
-	return rec
-}
-
-// recordNamed records rec (nil: a statement passed as it is, or none)
-// as the named statement name, settled by answer (nil: rec's own Parse),
-// and returns the record whose Parse confirmation the owed entry of a
-// Parse carries (nil when there is none to keep).
-func (p *clientPump) recordNamed(name string, rec *stmtRec, answer *parseConfirm) *stmtRec {
-	// Settled first where the server answered: refused Parses of a name
-	// that nothing looks up in between would pile up otherwise.
-	rec = p.replaceRecord(p.settleNamed(name), rec, answer)
-	if rec != nil {
-		if p.stmts == nil {
-			p.stmts = map[string]*stmtRec{}
+		if rec != nil {
+			answer = &rec.parsed
+		} else {
+			answer = &parseConfirm{}
 		}
-		p.stmts[name] = rec
 	}
-	return rec
+	if rec != nil {
+		rec.unsettled = true
+	}
+	s.pending = append(s.pending, pendingChange{rec: rec, answer: answer, dropsOnFailure: dropsOnFailure})
+	p.changes = append(p.changes, s)
+	return answer
 }
 
-// recordUnnamed records rec (nil: a statement passed as it is) as the
-// unnamed statement, parsed by a Parse whose owed entry carries
-// rec.confirmation().
-func (p *clientPump) recordUnnamed(rec *stmtRec) *stmtRec {
-	old := p.settleChain(p.unnamed)
-	// The fallback names of the records replaced go back at once: a
+// settleAnswered settles the pending changes the server has answered,
+// oldest first.
+func (p *clientPump) settleAnswered() {
+	if p.changesHead == len(p.changes) {
+		return
+	}
+	p.sh.mu.Lock()
+	for p.changesHead < len(p.changes) {
+		s := p.changes[p.changesHead]
+		c := s.pending[0]
+		if !c.answer.done {
+			break
+		}
+		a := *c.answer
+		p.changes[p.changesHead] = nil
+		p.changesHead++
+		n := copy(s.pending, s.pending[1:])
+		s.pending[n] = pendingChange{}
+		s.pending = s.pending[:n]
+		if c.rec != nil {
+			c.rec.unsettled = false
+		}
+		switch {
+		case a.ok:
+			p.dropRecord(s.base)
+			s.base = c.rec
+		case a.failed && c.dropsOnFailure:
+			p.dropRecord(s.base)
+			p.dropRecord(c.rec)
+			s.base = nil
+		default:
+			p.dropRecord(c.rec)
+		}
+		if s.name != "" && s.empty() {
+			delete(p.stmts, s.name)
+		}
+	}
+	p.sh.mu.Unlock()
+	if p.changesHead == len(p.changes) {
+		p.changes, p.changesHead = p.changes[:0], 0
+	}
+}
+
+// recordNamed records a change of the named statement name: rec its new
+// record (nil: none, for a Close, a DEALLOCATE or a statement passed as
+// it is), answered through answer (nil: the message's own, returned for
+// its owed entry; nil when there is nothing to record).
+func (p *clientPump) recordNamed(name string, rec *stmtRec, answer *parseConfirm) *parseConfirm {
+	p.settleAnswered()
+	s := p.stmts[name]
+	if s == nil {
+		if rec == nil {
+			return nil
+		}
+		s = &stmtSlot{name: name}
+		if p.stmts == nil {
+			p.stmts = map[string]*stmtSlot{}
+		}
+		p.stmts[name] = s
+	}
+	return p.change(s, rec, answer, false)
+}
+
+// recordUnnamed records a Parse of the unnamed statement, rec its new
+// record (nil: a statement passed as it is), and returns the confirmation
+// its owed entry carries.
+func (p *clientPump) recordUnnamed(rec *stmtRec) *parseConfirm {
+	p.settleAnswered()
+	s := &p.unnamed
+	// The fallback name of the record replaced goes back at once: a
 	// client that parses the unnamed statement at every execution keeps
 	// reusing one fallback statement. A record the server keeps after all
 	// (the Parse skipped) prepares one again when it needs it.
-	p.dropRecords(old)
-	rec = p.replaceRecord(old, rec, nil)
-	if rec != nil {
-		rec.dropsOnFailure = true
-	}
-	p.unnamed = rec
-	return rec
-}
-
-// closeUnnamed records a Close of the unnamed statement, whose owed entry
-// carries the confirmation returned (nil: none needed).
-func (p *clientPump) closeUnnamed() *parseConfirm {
-	old := p.settleChain(p.unnamed)
-	p.dropRecords(old) // as recordUnnamed
-	p.unnamed = p.replaceRecord(old, nil, nil)
-	return p.unnamed.confirmation()
-}
-
-// confirmation is where the server pump notes the answer to rec's Parse.
-func (rec *stmtRec) confirmation() *parseConfirm {
+	p.dropRecord(s.current())
 	if rec == nil {
-		return nil
-	}
-	return &rec.parsed
-}
-
-// settleNamed settles the record of the named statement name (settleChain)
-// and returns it: nil when there is none, a placeholder when the change
-// it stands for is unanswered.
-func (p *clientPump) settleNamed(name string) *stmtRec {
-	rec := p.stmts[name]
-	if rec == nil || !rec.unsettled {
-		return rec
-	}
-	head := p.settleChain(rec)
-	if head == nil {
-		delete(p.stmts, name)
-	} else {
-		p.stmts[name] = head
-	}
-	return head
-}
-
-// settleChain resolves the records from rec down whose message the server
-// answered, and returns the record that then stands for the statement (nil:
-// none). Answers come in order: when a record's message is answered, so
-// are those of the records it replaced.
-func (p *clientPump) settleChain(rec *stmtRec) *stmtRec {
-	for rec != nil && rec.unsettled {
-		p.sh.mu.Lock()
-		a := *rec.answer
-		p.sh.mu.Unlock()
-		if !a.done {
-			break
-		}
-		rec.unsettled = false
-		prev := rec.replaced
-		rec.replaced = nil
-		switch {
-		case a.ok:
-			p.dropRecords(prev)
-			if rec.placeholder {
-				return nil
-			}
-			return rec
-		case a.failed && rec.dropsOnFailure:
-			p.dropRecords(prev)
-			p.dropRecord(rec)
+		if s.empty() {
 			return nil
 		}
-		p.dropRecord(rec)
-		rec = prev
+		if len(s.pending) == 0 && p.atSafePoint() {
+			// Nothing before it can make the server skip the Parse,
+			// which drops the unnamed statement first: none is left,
+			// whatever the answer.
+			s.base = nil
+			return nil
+		}
 	}
-	return rec
+	return p.change(s, rec, nil, true)
 }
 
-// lookup is what a lookup of a statement whose record is rec sees.
-func lookup(rec *stmtRec) *stmtRec {
-	if rec != nil && rec.placeholder {
+// closeUnnamed records a Close of the unnamed statement and returns the
+// confirmation its owed entry carries.
+func (p *clientPump) closeUnnamed() *parseConfirm {
+	p.settleAnswered()
+	s := &p.unnamed
+	p.dropRecord(s.current()) // as recordUnnamed
+	if s.empty() {
 		return nil
 	}
-	return rec
+	return p.change(s, nil, nil, false)
 }
 
-// dropRecords drops rec and the records it replaced (dropRecord).
-func (p *clientPump) dropRecords(rec *stmtRec) {
-	for ; rec != nil; rec = rec.replaced {
-		p.dropRecord(rec)
+// dropUnnamed records that a Query destroyed the unnamed statement.
+func (p *clientPump) dropUnnamed() {
+	s := &p.unnamed
+	if s.empty() {
+		return
+	}
+	p.dropRecord(s.current()) // as recordUnnamed
+	if len(s.pending) == 0 {
+		s.base = nil
+		return
+	}
+	p.change(s, nil, &answeredNow, false) // after the pending ones
+}
+
+// atSafePoint reports whether nothing sent to the server is unanswered.
+func (p *clientPump) atSafePoint() bool {
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
+	return p.sh.q.empty() && !p.sh.dirty
+}
+
+// records calls fn with every record the session holds, pending ones
+// included.
+func (p *clientPump) records(fn func(*stmtRec)) {
+	each := func(s *stmtSlot) {
+		if s.base != nil {
+			fn(s.base)
+		}
+		for _, c := range s.pending {
+			if c.rec != nil {
+				fn(c.rec)
+			}
+		}
+	}
+	each(&p.unnamed)
+	for _, s := range p.stmts {
+		each(s)
 	}
 }

@@ -6,25 +6,66 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
+// refused marks c answered without a confirmation.
+func refused(c *parseConfirm) { c.done = true }
+
 // Regression (found in review): each refused Parse of a name that nothing
 // looked up in between added a record to the chain of replaced records.
 func TestRefusedNamedParsesDoNotPileUp(t *testing.T) {
 	p := &clientPump{sh: newShared(true)}
 	first := &stmtRec{pl: plan.Passthrough}
-	p.stmts = map[string]*stmtRec{"x": first}
+	p.stmts = map[string]*stmtSlot{"x": {name: "x", base: first}}
 	for i := 0; i < 100; i++ {
-		rec := p.recordNamed("x", &stmtRec{pl: plan.Passthrough}, nil)
-		rec.parsed.done = true // answered without ParseComplete: refused
+		refused(p.recordNamed("x", &stmtRec{pl: plan.Passthrough}, nil))
 	}
-	n := 0
-	for r := p.stmts["x"]; r != nil; r = r.replaced {
-		n++
-	}
-	if n != 2 {
-		t.Fatalf("chain of %d records after 100 refused Parses, want 2 (the last, unsettled, and the first)", n)
+	if n := len(p.stmts["x"].pending); n != 1 {
+		t.Fatalf("%d pending changes after 100 refused Parses, want 1 (the last, unsettled)", n)
 	}
 	if got := p.stmt([]byte("x")); got != first {
 		t.Fatal("the name does not keep its first record")
+	}
+}
+
+// Regression (found in review): a closed name that nothing looked up
+// again kept its record, and the record's fallback name, for the life of
+// the session (a client that never reuses names, as pgjdbc's S_1, S_2...,
+// prepared a new fallback statement for each).
+func TestClosedNamesSettleWithoutLookups(t *testing.T) {
+	p := &clientPump{sh: newShared(true)}
+	for i := 0; i < 100; i++ {
+		name := string(rune('a'+i%26)) + string(rune('a'+i/26))
+		rec := &stmtRec{pl: plan.Passthrough, fb: &fallbackStmt{name: []byte("fb")}}
+		for _, c := range []*parseConfirm{p.recordNamed(name, rec, nil), p.recordNamed(name, nil, nil)} {
+			c.ok, c.done = true, true // the Parse, then the Close
+		}
+	}
+	p.recordNamed("last", &stmtRec{pl: plan.Passthrough}, nil)
+	if len(p.stmts) != 1 || p.stmts["last"] == nil {
+		t.Fatalf("%d names recorded after 100 closed ones and one parsed, want 1", len(p.stmts))
+	}
+	if n := len(p.fbFree); n != 100 {
+		t.Fatalf("%d fallback names given back, want 100", n)
+	}
+	if n := len(p.changes) - p.changesHead; n != 1 {
+		t.Fatalf("%d pending changes, want 1", n)
+	}
+}
+
+// Regression (found in review): a client one Parse of the unnamed
+// statement ahead of the server's answers kept every earlier record.
+func TestPipelinedUnnamedParsesSettle(t *testing.T) {
+	p := &clientPump{sh: newShared(true)}
+	var prev *stmtRec
+	for i := 0; i < 10000; i++ {
+		rec := &stmtRec{pl: plan.Passthrough}
+		p.recordUnnamed(rec)
+		if prev != nil {
+			prev.parsed.ok, prev.parsed.done = true, true
+		}
+		prev = rec
+	}
+	if n := len(p.unnamed.pending); n > 2 {
+		t.Fatalf("%d pending changes of the unnamed statement, want at most 2", n)
 	}
 }
 
@@ -34,7 +75,7 @@ func TestRefusedNamedParsesDoNotPileUp(t *testing.T) {
 // unnamed statement (it drops the unnamed statement first).
 func TestSettledRecords(t *testing.T) {
 	answered := func(ok, failed bool) parseConfirm { return parseConfirm{ok: ok, failed: failed, done: true} }
-	parse := func(p *clientPump, rec *stmtRec) *parseConfirm { return p.recordNamed("x", rec, nil).confirmation() }
+	parse := func(p *clientPump, rec *stmtRec) *parseConfirm { return p.recordNamed("x", rec, nil) }
 	deallocateAll := func(p *clientPump, _ *stmtRec) *parseConfirm {
 		pl := &plan.Plan{Statements: []plan.Statement{{DeallocateAll: true}}, Touches: plan.TouchPrepared}
 		c := dropConfirms(pl)
@@ -42,7 +83,7 @@ func TestSettledRecords(t *testing.T) {
 		return c[0]
 	}
 	closeUnnamed := func(p *clientPump, _ *stmtRec) *parseConfirm { return p.closeUnnamed() }
-	parseUnnamed := func(p *clientPump, rec *stmtRec) *parseConfirm { return p.recordUnnamed(rec).confirmation() }
+	parseUnnamed := func(p *clientPump, rec *stmtRec) *parseConfirm { return p.recordUnnamed(rec) }
 	for _, c := range []struct {
 		name    string
 		unnamed bool
@@ -71,9 +112,9 @@ func TestSettledRecords(t *testing.T) {
 			p := &clientPump{sh: newShared(true)}
 			name := []byte("x")
 			if c.unnamed {
-				p.unnamed, name = old, nil
+				p.unnamed.base, name = old, nil
 			} else {
-				p.stmts = map[string]*stmtRec{"x": old}
+				p.stmts = map[string]*stmtSlot{"x": {name: "x", base: old}}
 			}
 			*c.change(p, parsed) = c.answer
 			want := map[string]*stmtRec{"old": old, "new": parsed, "none": nil}[c.want]
@@ -81,5 +122,22 @@ func TestSettledRecords(t *testing.T) {
 				t.Fatalf("lookup: %p, want the %s record %p (old %p, new %p)", got, c.want, want, old, parsed)
 			}
 		})
+	}
+}
+
+// Regression (found in review): a Parse of the unnamed statement passed
+// as it is allocated a placeholder record when the statement before it
+// had a record. At a safe point the server cannot skip the Parse, so none
+// is needed.
+func TestUnnamedParseAtASafePointAllocatesNothing(t *testing.T) {
+	p := &clientPump{sh: newShared(true)}
+	rec := &stmtRec{pl: plan.Passthrough}
+	if n := testing.AllocsPerRun(200, func() {
+		p.unnamed.base = rec
+		if p.recordUnnamed(nil) != nil || p.stmt(nil) != nil {
+			t.Fatal("the unnamed statement kept its record")
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per Parse, want 0", n)
 	}
 }

@@ -81,7 +81,7 @@ func newShared(track bool) *shared {
 // (not one that made the server skip it),
 // done once its owed entry left the queue, answered or skipped. Shared
 // state under shared.mu, set by the server pump (through the owed entry)
-// and read by the client pump (confirmed, settleChain).
+// and read by the client pump (confirmed, settleAnswered).
 type parseConfirm struct{ ok, failed, done bool }
 
 // confirmed reports whether the server confirmed the Parse of c.
