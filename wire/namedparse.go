@@ -35,9 +35,10 @@ package wire
 
 // stmtSlot is what the proxy knows of one statement name.
 type stmtSlot struct {
-	name    string   // "" for the unnamed statement
-	base    *stmtRec // the server's, nil for none
-	pending []pendingChange
+	name    string          // "" for the unnamed statement
+	base    *stmtRec        // the server's, nil for none
+	pending []pendingChange // pending[head:], oldest first
+	head    int
 }
 
 // pendingChange is a change of a statement the server has not answered.
@@ -49,14 +50,32 @@ type pendingChange struct {
 
 // current is the record lookups see: the newest change's, else the base.
 func (s *stmtSlot) current() *stmtRec {
-	if n := len(s.pending); n > 0 {
+	if n := len(s.pending); n > s.head {
 		return s.pending[n-1].rec
 	}
 	return s.base
 }
 
+// settled reports whether no change of the slot is pending.
+func (s *stmtSlot) settled() bool { return s.head == len(s.pending) }
+
 // empty reports whether the slot holds nothing.
-func (s *stmtSlot) empty() bool { return s.base == nil && len(s.pending) == 0 }
+func (s *stmtSlot) empty() bool { return s.base == nil && s.settled() }
+
+// compact moves the live part of a FIFO q[head:] to its front when the
+// dead part is the larger, as owedQueue.push does: no allocation in
+// steady state, and no growth when something is always pending.
+func compact[T any](q []T, head int) ([]T, int) {
+	if head == len(q) {
+		return q[:0], 0
+	}
+	if head > 64 && head > len(q)/2 {
+		n := copy(q, q[head:])
+		clear(q[n:])
+		return q[:n], 0
+	}
+	return q, head
+}
 
 // change records a change of slot s answered through answer (nil: rec's
 // own Parse confirmation, or a new one when rec is nil) and returns
@@ -72,7 +91,9 @@ func (p *clientPump) change(s *stmtSlot, rec *stmtRec, answer *parseConfirm, dro
 	if rec != nil {
 		rec.unsettled = true
 	}
+	s.pending, s.head = compact(s.pending, s.head)
 	s.pending = append(s.pending, pendingChange{rec: rec, answer: answer, dropsOnFailure: dropsOnFailure})
+	p.changes, p.changesHead = compact(p.changes, p.changesHead)
 	p.changes = append(p.changes, s)
 	return answer
 }
@@ -86,16 +107,18 @@ func (p *clientPump) settleAnswered() {
 	p.sh.mu.Lock()
 	for p.changesHead < len(p.changes) {
 		s := p.changes[p.changesHead]
-		c := s.pending[0]
+		c := s.pending[s.head]
 		if !c.answer.done {
 			break
 		}
 		a := *c.answer
 		p.changes[p.changesHead] = nil
 		p.changesHead++
-		n := copy(s.pending, s.pending[1:])
-		s.pending[n] = pendingChange{}
-		s.pending = s.pending[:n]
+		s.pending[s.head] = pendingChange{}
+		s.head++
+		if s.settled() {
+			s.pending, s.head = s.pending[:0], 0
+		}
 		if c.rec != nil {
 			c.rec.unsettled = false
 		}
@@ -115,9 +138,7 @@ func (p *clientPump) settleAnswered() {
 		}
 	}
 	p.sh.mu.Unlock()
-	if p.changesHead == len(p.changes) {
-		p.changes, p.changesHead = p.changes[:0], 0
-	}
+	p.changes, p.changesHead = compact(p.changes, p.changesHead)
 }
 
 // recordNamed records a change of the named statement name: rec its new
@@ -155,7 +176,7 @@ func (p *clientPump) recordUnnamed(rec *stmtRec) *parseConfirm {
 		if s.empty() {
 			return nil
 		}
-		if len(s.pending) == 0 && p.atSafePoint() {
+		if s.settled() && p.atSafePoint() {
 			// Nothing before it can make the server skip the Parse,
 			// which drops the unnamed statement first: none is left,
 			// whatever the answer.
@@ -184,12 +205,17 @@ func (p *clientPump) dropUnnamed() {
 	if s.empty() {
 		return
 	}
+	p.settleAnswered()
 	p.dropRecord(s.current()) // as recordUnnamed
-	if len(s.pending) == 0 {
+	switch {
+	case s.settled():
 		s.base = nil
-		return
+	case s.pending[len(s.pending)-1].answer != &answeredNow:
+		// After the pending ones; a Query after a Query adds nothing
+		// (regression, found in review: a session that went on with
+		// simple Queries only piled up one change per Query).
+		p.change(s, nil, &answeredNow, false)
 	}
-	p.change(s, nil, &answeredNow, false) // after the pending ones
 }
 
 // atSafePoint reports whether nothing sent to the server is unanswered.
@@ -206,7 +232,7 @@ func (p *clientPump) records(fn func(*stmtRec)) {
 		if s.base != nil {
 			fn(s.base)
 		}
-		for _, c := range s.pending {
+		for _, c := range s.pending[s.head:] {
 			if c.rec != nil {
 				fn(c.rec)
 			}

@@ -18,8 +18,8 @@ func TestRefusedNamedParsesDoNotPileUp(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		refused(p.recordNamed("x", &stmtRec{pl: plan.Passthrough}, nil))
 	}
-	if n := len(p.stmts["x"].pending); n != 1 {
-		t.Fatalf("%d pending changes after 100 refused Parses, want 1 (the last, unsettled)", n)
+	if s := p.stmts["x"]; len(s.pending)-s.head != 1 {
+		t.Fatalf("%d pending changes after 100 refused Parses, want 1 (the last, unsettled)", len(s.pending)-s.head)
 	}
 	if got := p.stmt([]byte("x")); got != first {
 		t.Fatal("the name does not keep its first record")
@@ -64,8 +64,34 @@ func TestPipelinedUnnamedParsesSettle(t *testing.T) {
 		}
 		prev = rec
 	}
-	if n := len(p.unnamed.pending); n > 2 {
+	if n := len(p.unnamed.pending) - p.unnamed.head; n > 2 {
 		t.Fatalf("%d pending changes of the unnamed statement, want at most 2", n)
+	}
+	// Regression (found in review): the FIFOs were emptied only when
+	// nothing was pending, which a client always one ahead never let
+	// happen.
+	if len(p.changes) > 200 || len(p.unnamed.pending) > 200 {
+		t.Fatalf("FIFOs of %d and %d entries for 2 pending changes", len(p.changes), len(p.unnamed.pending))
+	}
+}
+
+// Regression (found in review): simple Queries after a pending change of
+// the unnamed statement each added a change, which nothing settled while
+// the session sent Queries only.
+func TestQueriesDoNotPileUpChanges(t *testing.T) {
+	p := &clientPump{sh: newShared(true)}
+	rec := &stmtRec{pl: plan.Passthrough}
+	p.recordUnnamed(rec)
+	for i := 0; i < 1000; i++ {
+		p.dropUnnamed()
+	}
+	if n := len(p.changes) - p.changesHead; n != 2 {
+		t.Fatalf("%d pending changes, want 2 (the Parse, and the Queries' drop)", n)
+	}
+	rec.parsed.ok, rec.parsed.done = true, true
+	p.dropUnnamed()
+	if n := len(p.changes) - p.changesHead; n != 0 || p.stmt(nil) != nil || rec.unsettled {
+		t.Fatalf("%d pending changes once the Parse was answered, want 0 and no record", n)
 	}
 }
 
