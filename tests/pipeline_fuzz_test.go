@@ -38,6 +38,9 @@ var fuzzParseTexts = []string{
 	"SELECT 10 / $1::int AS q",
 	"DEALLOCATE a",
 	"SELECT snowflake.nextval() > 0 AS ok",
+	"SELECT snowflake.nextval() AS id",
+	"SELECT snowflake.currval() AS c",
+	"SELECT generate_series(1, 3) AS g",
 }
 
 // fuzzQueries are the simple Queries of the pipeline.
@@ -55,8 +58,9 @@ var fuzzQueries = []string{
 var fuzzNames = []string{"", "a", "b"}
 
 // fuzzMessages decodes data into Sync groups of messages: each byte picks
-// a message, the next one its arguments. Every group ends with a Sync or
-// is one Query.
+// a message (its low 3 bits; bit 3: Execute one row, Describe the
+// portal), the next one its arguments. Every group ends with a Sync or is
+// one Query.
 func fuzzMessages(data []byte) [][]pgproto3.FrontendMessage {
 	const maxMessages = 48
 	var groups [][]pgproto3.FrontendMessage
@@ -82,11 +86,15 @@ func fuzzMessages(data []byte) [][]pgproto3.FrontendMessage {
 				params[j] = []byte(strconv.Itoa(int(arg>>2&3) + j)) // 0 for a division by zero
 			}
 			cur = append(cur, &pgproto3.Bind{PreparedStatement: name, Parameters: params},
-				&pgproto3.Execute{})
+				&pgproto3.Execute{MaxRows: uint32(op >> 3 & 1)})
 		case 3:
 			cur = append(cur, &pgproto3.Close{ObjectType: 'S', Name: name})
 		case 4:
-			cur = append(cur, &pgproto3.Describe{ObjectType: 'S', Name: name})
+			if op>>3&1 == 1 {
+				cur = append(cur, &pgproto3.Describe{ObjectType: 'P'})
+			} else {
+				cur = append(cur, &pgproto3.Describe{ObjectType: 'S', Name: name})
+			}
 		case 5:
 			if cur != nil {
 				end(&pgproto3.Sync{})
@@ -238,7 +246,9 @@ func describeGroups(groups [][]pgproto3.FrontendMessage) string {
 			case *pgproto3.Close:
 				fmt.Fprintf(&b, " Close %q;", m.Name)
 			case *pgproto3.Describe:
-				fmt.Fprintf(&b, " Describe %q;", m.Name)
+				fmt.Fprintf(&b, " Describe %c %q;", m.ObjectType, m.Name)
+			case *pgproto3.Execute:
+				fmt.Fprintf(&b, " Execute %d;", m.MaxRows)
 			case *pgproto3.Query:
 				fmt.Fprintf(&b, " Query %q;", m.String)
 			default:
