@@ -3,6 +3,7 @@ package tests
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -191,5 +192,61 @@ func TestClosedStatementsGiveBackTheirFallbackStatement(t *testing.T) {
 	}
 	if _, fallback := preparedTexts(t, conn); len(fallback) != 1 {
 		t.Fatalf("%d fallback statements after 6 statements closed in turn, want 1", len(fallback))
+	}
+}
+
+// A Query sent after an error and before Sync is skipped by the server
+// with the rest (no answer at all, not even ReadyForQuery). The proxy
+// took the Sync's ReadyForQuery for the Query's, so the answers of every
+// later message were matched to the messages before them (command tags,
+// errors, hidden responses).
+func TestQuerySkippedBeforeSync(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	r.prepare("a", pairsInsert)
+	r.sendRaw(1, &pgproto3.Parse{Query: twinInsert}, &pgproto3.Sync{})
+	direct := newRawSession(t, connectConfig(t, directConfig(t, e)))
+	direct.prepare("a", "INSERT INTO pairs (a, b) VALUES ($1, $2) RETURNING id")
+	direct.sendRaw(1, &pgproto3.Parse{Query: twinInsert}, &pgproto3.Sync{})
+	pipeline := []pgproto3.FrontendMessage{badParse, &pgproto3.Query{String: "DEALLOCATE a"}, &pgproto3.Sync{}}
+	if got, want := answers(t, r.pc, [][]pgproto3.FrontendMessage{pipeline}), answers(t, direct.pc, [][]pgproto3.FrontendMessage{pipeline}); !slices.Equal(got, want) {
+		t.Fatalf("through the proxy %q, from the server alone %q", got, want)
+	}
+	after := [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "SET snowflake.node = 3"}}, // renamed from DO
+		{&pgproto3.Bind{PreparedStatement: "a", Parameters: [][]byte{[]byte("1"), []byte("2")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Bind{Parameters: [][]byte{[]byte("3")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+	}
+	if got, want := answers(t, r.pc, after), answers(t, direct.pc, after); !slices.Equal(got, want) {
+		t.Fatalf("after the skipped Query: through the proxy\n  %s\nfrom the server alone\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// A Query the proxy answers itself destroys, for the client, the unnamed
+// statement and portal, which the server still has. Regression: a later
+// Bind of the unnamed statement (with no record of the proxy's: a
+// statement passed as it is) or Execute of the unnamed portal ran the
+// server's, where PostgreSQL answers 26000 or 34000.
+func TestLocalAnswerLeavesNoUnnamedStatement(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	direct := newRawSession(t, connectConfig(t, directConfig(t, e)))
+	local := &pgproto3.Query{String: "SELECT snowflake.nextval() AS id"}
+	for _, c := range []struct {
+		name      string
+		before    []pgproto3.FrontendMessage
+		afterward []pgproto3.FrontendMessage
+	}{
+		{"statement", []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "INSERT INTO pairs (a) VALUES ($1::int) RETURNING a"}, &pgproto3.Sync{}},
+			[]pgproto3.FrontendMessage{&pgproto3.Bind{Parameters: [][]byte{[]byte("41")}}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+		{"portal", []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}, &pgproto3.Parse{Query: "SELECT generate_series(1, 3)"},
+			&pgproto3.Bind{}, &pgproto3.Execute{MaxRows: 1}, &pgproto3.Sync{}},
+			[]pgproto3.FrontendMessage{&pgproto3.Execute{}, &pgproto3.Sync{}, &pgproto3.Query{String: "ROLLBACK"}}},
+	} {
+		groups := [][]pgproto3.FrontendMessage{c.before, {local}, c.afterward}
+		if got, want := answers(t, r.pc, groups), answers(t, direct.pc, groups); !slices.Equal(got, want) {
+			t.Fatalf("%s: through the proxy\n  %s\nfrom the server alone\n  %s", c.name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+	}
+	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM pairs WHERE a = 41"); n != 0 {
+		t.Fatalf("%d rows from a Bind of a statement the client no longer had", n)
 	}
 }

@@ -15,8 +15,9 @@ const (
 // RowDescription, DataRow, CommandComplete and ReadyForQuery, byte for byte
 // what PostgreSQL sends for the same SELECT. It does so only at a safe
 // point (the answer then follows everything already sent to the client),
-// outside a failed transaction and when the mirror says the transaction may
-// write; otherwise done is false and the caller forwards the query.
+// outside a failed transaction, without an unnamed statement or portal
+// on the server, and when the mirror says the transaction may write;
+// otherwise done is false and the caller forwards the query.
 func (p *clientPump) answerLocally(pl *plan.Plan) (done bool, err error) {
 	m := &p.mirror
 	if !m.fresh || m.readOnly || len(pl.Local.Columns) != len(p.vals) {
@@ -28,7 +29,10 @@ func (p *clientPump) answerLocally(pl *plan.Plan) (done bool, err error) {
 	safe := p.sh.q.empty() && !p.sh.dirty && !p.sh.hiddenActive.Load()
 	status := p.sh.txStatus
 	p.sh.mu.Unlock()
-	if !safe || status == 'E' {
+	if !safe || status == 'E' || p.stmtLive || p.portalLive {
+		// The Query destroys the unnamed statement and portal, which
+		// only the server can do when it may have them (regression: a
+		// later Bind or Execute of them ran the server's).
 		return false, nil
 	}
 	p.out = appendLocalAnswer(p.out[:0], pl.Local.Columns, p.vals, status)

@@ -199,23 +199,42 @@ func (p *clientPump) closeUnnamed() *parseConfirm {
 	return p.change(s, nil, nil, false)
 }
 
-// dropUnnamed records that a Query destroyed the unnamed statement.
+// dropUnnamed drops the record of the unnamed statement when the server
+// has none either: the client's Query destroyed it, and the server never
+// had it or the proxy answered that Query itself where the server had
+// none (local.go, simpleprep.go).
 func (p *clientPump) dropUnnamed() {
 	s := &p.unnamed
 	if s.empty() {
 		return
 	}
 	p.settleAnswered()
-	p.dropRecord(s.current()) // as recordUnnamed
+	p.dropRecord(s.current())
 	switch {
 	case s.settled():
 		s.base = nil
 	case s.pending[len(s.pending)-1].answer != &answeredNow:
-		// After the pending ones; a Query after a Query adds nothing
-		// (regression, found in review: a session that went on with
-		// simple Queries only piled up one change per Query).
-		p.change(s, nil, &answeredNow, false)
+		p.change(s, nil, &answeredNow, false) // after the pending ones
 	}
+}
+
+// queryDropsUnnamed records that a Query sent to the server destroys the
+// unnamed statement, which it does when it runs: not when the server
+// skips it after an error before Sync. It returns the confirmation the
+// Query's owed entry carries, set when the Query is answered (nil: the
+// record went at once).
+func (p *clientPump) queryDropsUnnamed() *parseConfirm {
+	s := &p.unnamed
+	if s.empty() {
+		return nil
+	}
+	p.settleAnswered()
+	p.dropRecord(s.current()) // as recordUnnamed
+	if s.settled() && p.atSafePoint() {
+		s.base = nil // nothing before it can make the server skip it
+		return nil
+	}
+	return p.change(s, nil, nil, false)
 }
 
 // atSafePoint reports whether nothing sent to the server is unanswered.

@@ -77,21 +77,30 @@ func TestPipelinedUnnamedParsesSettle(t *testing.T) {
 
 // Regression (found in review): simple Queries after a pending change of
 // the unnamed statement each added a change, which nothing settled while
-// the session sent Queries only.
+// the session sent Queries only. Each Query's change now settles with its
+// answer, at the next one.
 func TestQueriesDoNotPileUpChanges(t *testing.T) {
 	p := &clientPump{sh: newShared(true)}
+	p.sh.dirty = true // not at a safe point: each Query's drop is pending
 	rec := &stmtRec{pl: plan.Passthrough}
-	p.recordUnnamed(rec)
+	prev := p.recordUnnamed(rec)
 	for i := 0; i < 1000; i++ {
-		p.dropUnnamed()
+		c := p.queryDropsUnnamed()
+		if c == nil && i == 0 {
+			t.Fatal("the first Query's drop of the unnamed statement is not pending")
+		}
+		if prev != nil {
+			prev.ok, prev.done = true, true
+		}
+		prev = c
+		if n := len(p.changes) - p.changesHead; n > 2 {
+			t.Fatalf("%d pending changes after %d Queries, want at most 2", n, i+1)
+		}
 	}
-	if n := len(p.changes) - p.changesHead; n != 2 {
-		t.Fatalf("%d pending changes, want 2 (the Parse, and the Queries' drop)", n)
-	}
-	rec.parsed.ok, rec.parsed.done = true, true
-	p.dropUnnamed()
-	if n := len(p.changes) - p.changesHead; n != 0 || p.stmt(nil) != nil || rec.unsettled {
-		t.Fatalf("%d pending changes once the Parse was answered, want 0 and no record", n)
+	prev.ok, prev.done = true, true
+	got := p.stmt(nil)
+	if n := len(p.changes) - p.changesHead; got != nil || n != 0 || rec.unsettled {
+		t.Fatalf("%d pending changes once every Query was answered, want 0 and no record", n)
 	}
 }
 

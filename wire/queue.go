@@ -43,8 +43,9 @@ type owed struct {
 	// shared.mu); owedBind of a Bind to a fallback statement: its
 	// confirmation, set at BindComplete, dropped at an error
 	// (fallbackstmt.go); owedClose of a statement, owedExecute of a
-	// DEALLOCATE or DISCARD ALL: the answer the records they change wait
-	// for (namedparse.go).
+	// DEALLOCATE or DISCARD ALL, owedQuery that destroys the unnamed
+	// statement: the answer the records they change wait for
+	// (namedparse.go).
 	confirm *parseConfirm
 	// confirms: owedQuery of a string that removes prepared statements:
 	// per statement, the answer the records it changes wait for, set at

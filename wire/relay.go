@@ -170,8 +170,10 @@ func (p *serverPump) handle(typ byte) error {
 					o.confirm.ok = false
 				}
 				if o.kind.extended() {
-					// The server now skips to Sync; ready pops the rest.
+					// The server now skips to Sync, Queries included;
+					// ready pops the rest.
 					p.sh.q.pop()
+					p.sh.skipToSync = true
 				}
 			}
 			if code, _ := f.Get('C'); string(code) == codeInsufficientPrivilege {
@@ -298,10 +300,21 @@ func (p *serverPump) ready(body []byte) {
 		p.sh.txStatus = m.Status
 	}
 	p.sh.readies++
+	// After an error the server skipped everything up to Sync, a Query
+	// or FunctionCall too, which then has no ReadyForQuery of its own
+	// (regression: the Sync's was taken for the Query's, and every later
+	// answer matched to the message before it).
+	skipped := p.sh.skipToSync
+	p.sh.skipToSync = false
 	for !p.sh.q.empty() {
-		k := p.sh.q.front().kind
+		o := p.sh.q.front()
+		k := o.kind
+		ran := k == owedQuery && !skipped
+		if ran && o.confirm != nil {
+			o.confirm.ok = true // it destroyed the unnamed statement
+		}
 		p.sh.q.pop()
-		if k.endsAtReady() {
+		if ran || k == owedSync {
 			break
 		}
 	}

@@ -23,10 +23,13 @@ type shared struct {
 
 	mu       sync.Mutex
 	q        owedQueue
-	txStatus byte       // from the last ReadyForQuery
-	dirty    bool       // something was forwarded since the last safe ReadyForQuery
-	invalid  plan.Touch // mirror state the server pump learned is stale
-	pending  plan.Touch // touches of the current transaction, reapplied at each ReadyForQuery
+	txStatus byte // from the last ReadyForQuery
+	// skipToSync: an error answered a message of the extended protocol,
+	// and the server skips everything up to the next Sync (ready).
+	skipToSync bool
+	dirty      bool       // something was forwarded since the last safe ReadyForQuery
+	invalid    plan.Touch // mirror state the server pump learned is stale
+	pending    plan.Touch // touches of the current transaction, reapplied at each ReadyForQuery
 	// shimBusy holds the touchFence bits of statements forwarded and not
 	// yet answered: while they run, the server's shim may issue IDs, so the
 	// fast path stays off (IDs of a session follow execution order). When

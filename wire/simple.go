@@ -19,8 +19,7 @@ func (p *clientPump) query() error {
 	msg, ok := pgmsg.ReadQuery(body)
 	if !ok {
 		// The server reports the malformed message, as without the proxy.
-		p.push(owed{kind: owedQuery})
-		p.forwardedQuery(plan.Passthrough, nil)
+		p.forwardQuery(owed{kind: owedQuery}, plan.Passthrough)
 		return p.cr.pass(p.sw)
 	}
 	text := msg.SQL
@@ -41,9 +40,7 @@ func (p *clientPump) query() error {
 			p.markShim()
 		}
 		p.srv.countFallback(p.executionFallback(shim, false, pl))
-		c := dropConfirms(pl)
-		p.push(owed{kind: owedQuery, stmts: pl.Statements, confirms: c})
-		p.forwardedQuery(pl, c)
+		p.forwardQuery(owed{kind: owedQuery, stmts: pl.Statements}, pl)
 		return p.cr.pass(p.sw)
 	}
 	allValid, ok, err := p.values(t, true, true, shim != 0)
@@ -57,17 +54,14 @@ func (p *clientPump) query() error {
 	p.srv.countFallback(p.executionFallback(shim, p.noteShimSlots(t), pl))
 	if !ok {
 		// No SQL for an extension slot: the server answers the original.
-		c := dropConfirms(pl)
-		p.push(owed{kind: owedQuery, confirms: c})
-		p.forwardedQuery(pl, c)
+		p.forwardQuery(owed{kind: owedQuery}, pl)
 		return p.cr.pass(p.sw)
 	}
 	p.cr.consume()
 	if pl.Local != nil && allValid {
 		if done, err := p.answerLocally(pl); done || err != nil {
 			// For the client the Query destroyed the unnamed statement and
-			// portal; the server still has them (stmtLive, portalLive), so
-			// a later Bind of them must not be answered locally.
+			// portal; the server has neither (answerLocally).
 			p.dropUnnamed()
 			p.unnamedPortal = nil
 			return err
@@ -82,20 +76,21 @@ func (p *clientPump) query() error {
 	p.out, start = pgmsg.BeginQuery(p.out[:0])
 	p.out = t.RenderLiteral(p.out, p.vals)
 	p.out = pgmsg.FinishQuery(p.out, start)
-	c := dropConfirms(pl)
-	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, plan.Literals), confirms: c})
-	p.forwardedQuery(pl, c)
+	p.forwardQuery(owed{kind: owedQuery, stmts: pl.Statements, pos: newPosMap(t, p.vals, 0, plan.Literals)}, pl)
 	_, err = p.sw.Write(p.out)
 	return err
 }
 
-// forwardedQuery records the effects of a Query sent to the server: it
-// destroys the unnamed statement and portal, and its plan's touches.
-// confirms are those its owed entry carries (dropConfirms).
-func (p *clientPump) forwardedQuery(pl *plan.Plan, confirms []*parseConfirm) {
-	p.dropUnnamed()
+// forwardQuery pushes o, the owed entry of a Query of pl about to be
+// sent, with the confirmations that the changes of statement records it
+// makes wait for (namedparse.go), and records them: it destroys the
+// unnamed statement and portal, and has its plan's effects.
+func (p *clientPump) forwardQuery(o owed, pl *plan.Plan) {
+	o.confirms = dropConfirms(pl)
+	o.confirm = p.queryDropsUnnamed()
+	p.push(o)
 	p.stmtLive, p.unnamedPortal, p.portalLive = false, nil, false
-	p.effects(pl, confirms)
+	p.effects(pl, o.confirms)
 }
 
 // dropConfirms returns, when a statement of pl removes prepared
