@@ -99,11 +99,7 @@ func TestNamedParseAfterDeallocate(t *testing.T) {
 	r.prepare("z", pairsInsert)
 	r.mustExec("z", "1", "2")
 	r.run("DEALLOCATE z")
-	r.prepare("z", twinInsert)
-	id := r.mustExec("z", "12")
-	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM twin WHERE id = $1 AND a = 12 AND id2 <> id", id); n != 1 {
-		t.Fatalf("z returned %d, not the id of a twin row with two IDs", id)
-	}
+	id := prepareTwin(t, e, r, "z", 12)
 	if err := r.pc.Deallocate(context.Background(), "z"); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,18 @@ import (
 // the messages that follow until Sync.
 var badParse = &pgproto3.Parse{Name: "bad", Query: "SELEC 1"}
 
+// prepareTwin prepares name as twinInsert, executes it with a and checks
+// that the row it made has two IDs: the name's record is the new one.
+func prepareTwin(t *testing.T, e *testEnv, r *rawSession, name string, a int) int64 {
+	t.Helper()
+	r.prepare(name, twinInsert)
+	id := r.mustExec(name, strconv.Itoa(a))
+	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM twin WHERE id = $1 AND a = $2 AND id2 <> id", id, a); n != 1 {
+		t.Fatalf("%s returned %d, not the id of a twin row with two IDs", name, id)
+	}
+	return id
+}
+
 // pairsRow counts the rows of pairs holding (a, b).
 func pairsRow(t *testing.T, e *testEnv, a, b int) int64 {
 	t.Helper()
@@ -44,11 +56,7 @@ func TestSkippedCloseKeepsTheStatement(t *testing.T) {
 	if len(codes) != 0 {
 		t.Fatalf("Close of x: errors %v", codes)
 	}
-	r.prepare("x", twinInsert)
-	id := r.mustExec("x", "5")
-	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM twin WHERE id = $1 AND a = 5 AND id2 <> id", id); n != 1 {
-		t.Fatalf("x returned %d, not the id of a twin row with two IDs", id)
-	}
+	prepareTwin(t, e, r, "x", 5)
 }
 
 // Regression: DEALLOCATE in a Query whose earlier statement failed, or in
@@ -104,11 +112,7 @@ func TestDeallocateBeforeAnErrorFreesTheName(t *testing.T) {
 	if _, err := r.exec("w", "5", "6"); sqlState(err) != "26000" {
 		t.Fatalf("w executed after its DEALLOCATE: %v, want 26000", err)
 	}
-	r.prepare("w", twinInsert)
-	id := r.mustExec("w", "20")
-	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM twin WHERE id = $1 AND a = 20 AND id2 <> id", id); n != 1 {
-		t.Fatalf("w returned %d, not the id of a twin row with two IDs", id)
-	}
+	prepareTwin(t, e, r, "w", 20)
 }
 
 // Regression: a Parse of the unnamed statement skipped after an error
