@@ -254,3 +254,35 @@ func TestLocalAnswerLeavesNoUnnamedStatement(t *testing.T) {
 		t.Fatalf("%d rows from a Bind of a statement the client no longer had", n)
 	}
 }
+
+// Regressions (found in review of the skip to Sync): a client's INSERT
+// Query the proxy sends prepared (Parse, Bind, Execute, Sync) whose Bind
+// fails made the proxy skip the answers owed for the messages behind it
+// too; and a Query skipped after an error let the next Query be answered
+// by the proxy over the unnamed statement the server still had.
+func TestSkipToSyncStopsAtTheRightSync(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	direct := newRawSession(t, connectConfig(t, directConfig(t, e)))
+	badInsert := &pgproto3.Query{String: "INSERT INTO pairs (a) VALUES ('x'::int)"}
+	for _, c := range []struct {
+		name   string
+		groups [][]pgproto3.FrontendMessage
+	}{
+		{"prepared INSERT", [][]pgproto3.FrontendMessage{
+			{badInsert},
+			{badInsert, &pgproto3.Query{String: "SET snowflake.node = 3"}},
+			{&pgproto3.Parse{Name: "p", Query: pairsInsert}, &pgproto3.Sync{}},
+			{&pgproto3.Bind{PreparedStatement: "p", Parameters: [][]byte{[]byte("1"), []byte("2")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		}},
+		{"skipped Query", [][]pgproto3.FrontendMessage{
+			{&pgproto3.Parse{Query: "SELECT $1::int"}, &pgproto3.Sync{}},
+			{badParse, &pgproto3.Query{String: "SELECT 1"}, &pgproto3.Sync{}},
+			{&pgproto3.Query{String: "SELECT snowflake.nextval() AS id"}},
+			{&pgproto3.Bind{Parameters: [][]byte{[]byte("41")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		}},
+	} {
+		if got, want := answers(t, r.pc, c.groups), answers(t, direct.pc, c.groups); !slices.Equal(got, want) {
+			t.Fatalf("%s: through the proxy\n  %s\nfrom the server alone\n  %s", c.name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+	}
+}

@@ -199,7 +199,6 @@ func (p *clientPump) copyQuery(pl *plan.Plan) (done bool, err error) {
 	p.out = append(p.out, s.text...)
 	p.out = pgmsg.FinishQuery(p.out, start)
 	p.push(owed{kind: owedQuery, stmts: pl.Statements, copyCols: s.opts.Extra, confirm: p.queryDropsUnnamed()})
-	p.stmtLive, p.unnamedPortal, p.portalLive = false, nil, false
 	p.copyEffects(pl)
 	p.startCopy(s)
 	_, err = p.sw.Write(p.out)

@@ -219,19 +219,27 @@ func (p *clientPump) dropUnnamed() {
 }
 
 // queryDropsUnnamed records that a Query sent to the server destroys the
-// unnamed statement, which it does when it runs: not when the server
-// skips it after an error before Sync. It returns the confirmation the
-// Query's owed entry carries, set when the Query is answered (nil: the
-// record went at once).
+// unnamed statement and portal, which it does when it runs: not when the
+// server skips it after an error before Sync. It returns the confirmation
+// the Query's owed entry carries, set when the Query is answered (nil:
+// the record went at once). Called before the entry is pushed.
 func (p *clientPump) queryDropsUnnamed() *parseConfirm {
+	safe := p.atSafePoint()
+	if safe {
+		// Nothing before it can make the server skip it. Elsewhere the
+		// flags stay: the server may keep both (regression, found in
+		// review: a skipped Query let the next one be answered locally
+		// over the server's unnamed statement).
+		p.stmtLive, p.unnamedPortal, p.portalLive = false, nil, false
+	}
 	s := &p.unnamed
 	if s.empty() {
 		return nil
 	}
 	p.settleAnswered()
 	p.dropRecord(s.current()) // as recordUnnamed
-	if s.settled() && p.atSafePoint() {
-		s.base = nil // nothing before it can make the server skip it
+	if s.settled() && safe {
+		s.base = nil
 		return nil
 	}
 	return p.change(s, nil, nil, false)

@@ -47,6 +47,10 @@ type owed struct {
 	// statement: the answer the records they change wait for
 	// (namedparse.go).
 	confirm *parseConfirm
+	// sync: an owedQuery entry that stands for Execute and Sync (a
+	// client's Query sent prepared, simpleprep.go): it ends at the Sync's
+	// ReadyForQuery even when the server skipped the Execute.
+	sync bool
 	// confirms: owedQuery of a string that removes prepared statements:
 	// per statement, the answer the records it changes wait for, set at
 	// the statement's CommandComplete (nil for the others).

@@ -308,13 +308,13 @@ func (p *serverPump) ready(body []byte) {
 	p.sh.skipToSync = false
 	for !p.sh.q.empty() {
 		o := p.sh.q.front()
-		k := o.kind
+		k, sync := o.kind, o.sync
 		ran := k == owedQuery && !skipped
 		if ran && o.confirm != nil {
 			o.confirm.ok = true // it destroyed the unnamed statement
 		}
 		p.sh.q.pop()
-		if ran || k == owedSync {
+		if ran || k == owedSync || sync {
 			break
 		}
 	}

@@ -89,7 +89,6 @@ func (p *clientPump) forwardQuery(o owed, pl *plan.Plan) {
 	o.confirms = dropConfirms(pl)
 	o.confirm = p.queryDropsUnnamed()
 	p.push(o)
-	p.stmtLive, p.unnamedPortal, p.portalLive = false, nil, false
 	p.effects(pl, o.confirms)
 }
 

@@ -114,7 +114,7 @@ func (p *clientPump) queryPrepared(pl *plan.Plan, t *plan.Template) (bool, error
 	p.push(owed{kind: owedHiddenBind, pos: pm})
 	p.out = pgmsg.AppendExecute(p.out, "", 0) // all rows
 	p.out = pgmsg.AppendEmpty(p.out, pgmsg.TypeSync)
-	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: pm})
+	p.push(owed{kind: owedQuery, stmts: pl.Statements, pos: pm, sync: true})
 	// For the client the Query destroyed the unnamed portal; the server
 	// has this one until Sync or, in a transaction block, its end.
 	p.dropUnnamed()
