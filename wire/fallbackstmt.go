@@ -84,9 +84,8 @@ func (p *clientPump) appendFallbackPrep(rec *stmtRec) ([]byte, *parseConfirm) {
 // statement's Parse would fail first, with 25P02 (regression, found by
 // FuzzPipelineMatchesServer).
 func (p *clientPump) abortedNow() bool {
-	p.sh.mu.Lock()
-	defer p.sh.mu.Unlock()
-	return p.sh.txStatus == 'E' && p.sh.q.empty() && !p.sh.dirty
+	safe, status := p.sh.quiet()
+	return safe && status == 'E'
 }
 
 // fallbackName returns a name given back by a record that went, or a new

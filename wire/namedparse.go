@@ -165,64 +165,32 @@ func (p *clientPump) recordNamed(name string, rec *stmtRec, answer *parseConfirm
 // record (nil: a statement passed as it is), and returns the confirmation
 // its owed entry carries.
 func (p *clientPump) recordUnnamed(rec *stmtRec) *parseConfirm {
-	p.settleAnswered()
-	s := &p.unnamed
-	// The fallback name of the record replaced goes back at once: a
-	// client that parses the unnamed statement at every execution keeps
-	// reusing one fallback statement. A record the server keeps after all
-	// (the Parse skipped) prepares one again when it needs it.
-	p.dropRecord(s.current())
 	if rec == nil {
-		if s.empty() {
+		if p.unnamed.empty() {
 			return nil
 		}
-		if s.settled() && p.atSafePoint() {
-			// Nothing before it can make the server skip the Parse,
-			// which drops the unnamed statement first: none is left,
-			// whatever the answer.
-			s.base = nil
-			return nil
-		}
+		// Run or refused, the Parse drops the unnamed statement first.
+		return p.unnamedGoes(p.atSafePoint())
 	}
-	return p.change(s, rec, nil, true)
+	p.settleAnswered()
+	p.dropRecord(p.unnamed.current()) // as unnamedGoes
+	return p.change(&p.unnamed, rec, nil, true)
 }
 
 // closeUnnamed records a Close of the unnamed statement and returns the
 // confirmation its owed entry carries.
 func (p *clientPump) closeUnnamed() *parseConfirm {
-	p.settleAnswered()
-	s := &p.unnamed
-	p.dropRecord(s.current()) // as recordUnnamed
-	if s.empty() {
+	if p.unnamed.empty() {
 		return nil
 	}
-	return p.change(s, nil, nil, false)
-}
-
-// dropUnnamed drops the record of the unnamed statement when the server
-// has none either: the client's Query destroyed it, and the server never
-// had it or the proxy answered that Query itself where the server had
-// none (local.go, simpleprep.go).
-func (p *clientPump) dropUnnamed() {
-	s := &p.unnamed
-	if s.empty() {
-		return
-	}
-	p.settleAnswered()
-	p.dropRecord(s.current())
-	switch {
-	case s.settled():
-		s.base = nil
-	case s.pending[len(s.pending)-1].answer != &answeredNow:
-		p.change(s, nil, &answeredNow, false) // after the pending ones
-	}
+	return p.unnamedGoes(p.atSafePoint())
 }
 
 // queryDropsUnnamed records that a Query sent to the server destroys the
 // unnamed statement and portal, which it does when it runs: not when the
 // server skips it after an error before Sync. It returns the confirmation
-// the Query's owed entry carries, set when the Query is answered (nil:
-// the record went at once). Called before the entry is pushed.
+// the Query's owed entry carries (nil: the record went at once). Called
+// before the entry is pushed.
 func (p *clientPump) queryDropsUnnamed() *parseConfirm {
 	safe := p.atSafePoint()
 	if safe {
@@ -232,13 +200,33 @@ func (p *clientPump) queryDropsUnnamed() *parseConfirm {
 		// over the server's unnamed statement).
 		p.stmtLive, p.unnamedPortal, p.portalLive = false, nil, false
 	}
+	return p.unnamedGoes(safe)
+}
+
+// dropUnnamed drops the record of the unnamed statement when the server
+// has none either: the client's Query destroyed it, and the proxy
+// answered that Query itself, at a safe point, where the server had none
+// (local.go, simpleprep.go).
+func (p *clientPump) dropUnnamed() { p.unnamedGoes(true) }
+
+// unnamedGoes records a message that leaves the unnamed statement without
+// a record (a Parse of a statement passed as it is, a Close, a Query). Its
+// fallback name goes back at once: a client that parses the unnamed
+// statement at every execution keeps reusing one fallback statement, and
+// a record the server keeps after all (the message skipped) prepares one
+// again when it needs it. safe: nothing sent before the message can make
+// the server skip it, so the record goes at once once every earlier
+// change is settled (at a safe point they all are); otherwise the change
+// is pending, and its confirmation is returned for the message's owed
+// entry.
+func (p *clientPump) unnamedGoes(safe bool) *parseConfirm {
 	s := &p.unnamed
 	if s.empty() {
 		return nil
 	}
 	p.settleAnswered()
-	p.dropRecord(s.current()) // as recordUnnamed
-	if s.settled() && safe {
+	p.dropRecord(s.current())
+	if safe && s.settled() {
 		s.base = nil
 		return nil
 	}
@@ -247,9 +235,8 @@ func (p *clientPump) queryDropsUnnamed() *parseConfirm {
 
 // atSafePoint reports whether nothing sent to the server is unanswered.
 func (p *clientPump) atSafePoint() bool {
-	p.sh.mu.Lock()
-	defer p.sh.mu.Unlock()
-	return p.sh.q.empty() && !p.sh.dirty
+	safe, _ := p.sh.quiet()
+	return safe
 }
 
 // records calls fn with every record the session holds, pending ones

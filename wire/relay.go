@@ -160,14 +160,15 @@ func (p *serverPump) handle(typ byte) error {
 				}
 				if o.confirm != nil {
 					o.confirm.failed = true
-				}
-				if (o.kind == owedBind || o.kind == owedHiddenParse) && o.confirm != nil {
-					// A Bind to a fallback statement failed, or a Parse
-					// whose Close ran (regression: a second pipelined Close
-					// and Parse, after the first one's confirmation, left
-					// the server without the statement): the server may
-					// not have it (fallbackstmt.go).
-					o.confirm.ok = false
+					if o.kind == owedBind || o.kind == owedHiddenParse {
+						// A Bind to a fallback statement failed, or a
+						// Parse whose Close ran (regression: a second
+						// pipelined Close and Parse, after the first
+						// one's confirmation, left the server without the
+						// statement): the server may not have it
+						// (fallbackstmt.go).
+						o.confirm.ok = false
+					}
 				}
 				if o.kind.extended() {
 					// The server now skips to Sync, Queries included;

@@ -94,6 +94,14 @@ func (sh *shared) confirmed(c *parseConfirm) bool {
 	return c.ok
 }
 
+// quiet reports whether nothing sent to the server is unanswered (safe),
+// and the transaction status of the last ReadyForQuery.
+func (sh *shared) quiet() (safe bool, status byte) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.q.empty() && !sh.dirty, sh.txStatus
+}
+
 // push records a response owed for a message about to be forwarded. It
 // must precede the write so the server pump never sees an answer first.
 func (sh *shared) push(o owed) {
