@@ -156,6 +156,21 @@ func answers(t *testing.T, pc *pgconn.PgConn, groups [][]pgproto3.FrontendMessag
 	return out
 }
 
+// sameAnswers sends groups on proxied (through the proxy) and on direct
+// (to the server alone) and fails the test where the answers differ.
+func sameAnswers(t *testing.T, what string, proxied, direct *pgconn.PgConn, groups [][]pgproto3.FrontendMessage) {
+	t.Helper()
+	if got, want := answers(t, proxied, groups), answers(t, direct, groups); !slices.Equal(got, want) {
+		t.Fatalf("%s\nthrough the proxy:\n  %s\nfrom the server alone:\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// directSession is a raw session on e's database straight on the server,
+// with the node the proxy would set.
+func directSession(t *testing.T, e *testEnv) *rawSession {
+	return newRawSession(t, connectConfig(t, directConfig(t, e)))
+}
+
 // fuzzRows is what the pipeline left in the tables, IDs as NULL or not.
 func fuzzRows(t *testing.T, conn *pgx.Conn) []string {
 	t.Helper()
@@ -209,12 +224,7 @@ func FuzzPipelineMatchesServer(f *testing.F) {
 		}
 		proxied := viaProxy.connect(t, pgx.QueryExecModeCacheStatement)
 		direct := connectConfig(t, directConfig(t, alone))
-		got := answers(t, proxied.PgConn(), groups)
-		want := answers(t, direct.PgConn(), groups)
-		if !slices.Equal(got, want) {
-			t.Fatalf("pipeline %s\nthrough the proxy:\n  %s\nfrom the server alone:\n  %s",
-				describeGroups(groups), strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-		}
+		sameAnswers(t, "pipeline "+describeGroups(groups), proxied.PgConn(), direct.PgConn(), groups)
 		if got, want := fuzzRows(t, viaProxy.connectDirect(t)), fuzzRows(t, alone.connectDirect(t)); !slices.Equal(got, want) {
 			t.Fatalf("pipeline %s\nrows through the proxy %q, from the server alone %q", describeGroups(groups), got, want)
 		}

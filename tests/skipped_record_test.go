@@ -3,7 +3,6 @@ package tests
 import (
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -208,21 +207,17 @@ func TestQuerySkippedBeforeSync(t *testing.T) {
 	e, r := newNamedParseEnv(t)
 	r.prepare("a", pairsInsert)
 	r.sendRaw(1, &pgproto3.Parse{Query: twinInsert}, &pgproto3.Sync{})
-	direct := newRawSession(t, connectConfig(t, directConfig(t, e)))
-	direct.prepare("a", "INSERT INTO pairs (a, b) VALUES ($1, $2) RETURNING id")
+	direct := directSession(t, e)
+	direct.prepare("a", pairsInsert)
 	direct.sendRaw(1, &pgproto3.Parse{Query: twinInsert}, &pgproto3.Sync{})
 	pipeline := []pgproto3.FrontendMessage{badParse, &pgproto3.Query{String: "DEALLOCATE a"}, &pgproto3.Sync{}}
-	if got, want := answers(t, r.pc, [][]pgproto3.FrontendMessage{pipeline}), answers(t, direct.pc, [][]pgproto3.FrontendMessage{pipeline}); !slices.Equal(got, want) {
-		t.Fatalf("through the proxy %q, from the server alone %q", got, want)
-	}
+	sameAnswers(t, "the skipped Query", r.pc, direct.pc, [][]pgproto3.FrontendMessage{pipeline})
 	after := [][]pgproto3.FrontendMessage{
 		{&pgproto3.Query{String: "SET snowflake.node = 3"}}, // renamed from DO
 		{&pgproto3.Bind{PreparedStatement: "a", Parameters: [][]byte{[]byte("1"), []byte("2")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		{&pgproto3.Bind{Parameters: [][]byte{[]byte("3")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 	}
-	if got, want := answers(t, r.pc, after), answers(t, direct.pc, after); !slices.Equal(got, want) {
-		t.Fatalf("after the skipped Query: through the proxy\n  %s\nfrom the server alone\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-	}
+	sameAnswers(t, "after the skipped Query", r.pc, direct.pc, after)
 }
 
 // A Query the proxy answers itself destroys, for the client, the unnamed
@@ -232,7 +227,7 @@ func TestQuerySkippedBeforeSync(t *testing.T) {
 // server's, where PostgreSQL answers 26000 or 34000.
 func TestLocalAnswerLeavesNoUnnamedStatement(t *testing.T) {
 	e, r := newNamedParseEnv(t)
-	direct := newRawSession(t, connectConfig(t, directConfig(t, e)))
+	direct := directSession(t, e)
 	local := &pgproto3.Query{String: "SELECT snowflake.nextval() AS id"}
 	for _, c := range []struct {
 		name      string
@@ -245,10 +240,7 @@ func TestLocalAnswerLeavesNoUnnamedStatement(t *testing.T) {
 			&pgproto3.Bind{}, &pgproto3.Execute{MaxRows: 1}, &pgproto3.Sync{}},
 			[]pgproto3.FrontendMessage{&pgproto3.Execute{}, &pgproto3.Sync{}, &pgproto3.Query{String: "ROLLBACK"}}},
 	} {
-		groups := [][]pgproto3.FrontendMessage{c.before, {local}, c.afterward}
-		if got, want := answers(t, r.pc, groups), answers(t, direct.pc, groups); !slices.Equal(got, want) {
-			t.Fatalf("%s: through the proxy\n  %s\nfrom the server alone\n  %s", c.name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-		}
+		sameAnswers(t, c.name, r.pc, direct.pc, [][]pgproto3.FrontendMessage{c.before, {local}, c.afterward})
 	}
 	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM pairs WHERE a = 41"); n != 0 {
 		t.Fatalf("%d rows from a Bind of a statement the client no longer had", n)
@@ -262,7 +254,7 @@ func TestLocalAnswerLeavesNoUnnamedStatement(t *testing.T) {
 // by the proxy over the unnamed statement the server still had.
 func TestSkipToSyncStopsAtTheRightSync(t *testing.T) {
 	e, r := newNamedParseEnv(t)
-	direct := newRawSession(t, connectConfig(t, directConfig(t, e)))
+	direct := directSession(t, e)
 	badInsert := &pgproto3.Query{String: "INSERT INTO pairs (a) VALUES ('x'::int)"}
 	for _, c := range []struct {
 		name   string
@@ -281,8 +273,6 @@ func TestSkipToSyncStopsAtTheRightSync(t *testing.T) {
 			{&pgproto3.Bind{Parameters: [][]byte{[]byte("41")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
 		}},
 	} {
-		if got, want := answers(t, r.pc, c.groups), answers(t, direct.pc, c.groups); !slices.Equal(got, want) {
-			t.Fatalf("%s: through the proxy\n  %s\nfrom the server alone\n  %s", c.name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-		}
+		sameAnswers(t, c.name, r.pc, direct.pc, c.groups)
 	}
 }
