@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/snowflake-proxy/snowflake-proxy/generator"
 )
@@ -123,5 +124,47 @@ func TestSetvalDuringALeaseStands(t *testing.T) {
 	}
 	if got := queryInt(t, c, "SELECT last_value FROM s"); got != future {
 		t.Fatalf("S is %v after the lease, want the setval's %v", generator.Decode(got), generator.Decode(future))
+	}
+}
+
+// Regression (TestSequenceChangesWhileLeased, about 1 run in 15 under
+// load): the floor of a fenced lease was S alone, which an ALTER SEQUENCE
+// ... RESTART or a setval into the past lowers. A session that had just
+// taken IDs from a block, dated by the server's clock in the counts above
+// the fast path's, then got a fast-path ID below them from a proxy clock
+// one millisecond behind. The floor now also covers the last block, which
+// neither lowers. Here the proxy's clock stands still, so the server's is
+// always at or past it.
+func TestFenceAfterABlockAndARestart(t *testing.T) {
+	t.Parallel()
+	url, c, db, oid := shimDB(t)
+	mustExec(t, c, "SET snowflake.node = 5")
+	clock := generator.NewFakeClock(serverPos(t, c) >> generator.CountBits)
+	svc := newServiceWith(t, Config{ControlURL: url, Node: 5, Clock: clock, LeaseDuration: 10 * time.Second})
+	ctx := ctxT(t)
+	for _, change := range []string{"ALTER SEQUENCE s RESTART", "SELECT setval('s', 5)"} {
+		fast, err := nextvalVia(ctx, svc, db, oid, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A block serves only within its millisecond: on a loaded machine
+		// every call may find the clock past it and take the slow path.
+		ids, slow := perRow(t, c, "s", 3)
+		for deadline := time.Now().Add(time.Minute); slow == 3 && time.Now().Before(deadline); {
+			ids, slow = perRow(t, c, "s", 3)
+		}
+		if slow == 3 || ids[0] <= fast || ids[2] <= ids[1] || ids[1] <= ids[0] {
+			t.Fatalf("%s: per-row IDs %v (%d slow calls) after the fast path's %v: none from a block above it",
+				change, ids, slow, generator.Decode(fast))
+		}
+		mustExec(t, c, change)
+		after, err := nextvalAfter(ctx, svc, db, oid, 5, svc.FenceTicket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after <= ids[2] {
+			t.Fatalf("after %s the fenced fast path gave %v, below the block's %v",
+				change, generator.Decode(after), generator.Decode(ids[2]))
+		}
 	}
 }

@@ -855,6 +855,8 @@ DECLARE
     id bigint;
     own bigint;
     live bigint;
+    blk_start bigint;
+    blk_pos bigint;
     done bigint;
 BEGIN
     SELECT c.relkind, c.relname, quote_ident(n.nspname) || '.' || quote_ident(c.relname)
@@ -904,6 +906,7 @@ BEGIN
         IF live IS NOT NULL THEN
             done := setval(bd, live, false);
         END IF;
+        EXECUTE format('SELECT last_value FROM %s', bd) INTO blk_start;
     ELSIF has_sequence_privilege(session_user, seq, 'UPDATE') THEN
         PERFORM snowflake._blocks(seq);
     END IF;
@@ -983,6 +986,26 @@ BEGIN
     IF least(issued_pos, greatest(h_pos, prev_hi_pos)) > s_pos THEN
         s_pos := least(issued_pos, greatest(h_pos, prev_hi_pos));
         PERFORM snowflake._store(seq, ((s_pos >> 12) << 22) | (node::bigint << 12) | (s_pos & 4095));
+    END IF;
+
+    -- Every ID given from a block lies at or below the last block's top
+    -- (blocks only grow): for another node's block, the end of its
+    -- millisecond. S holds that too, but ALTER SEQUENCE ... RESTART or a
+    -- setval into the past lowers S and not R; a session fenced after it
+    -- took IDs from a block would get smaller ones from the fast path
+    -- (docs/state-model.md, rule 5). The floor takes both, and S is raised
+    -- to it, as the proxy takes its floor as held by S.
+    IF blk_start > 0 THEN
+        blk_pos := ((blk_start >> 22) & 2199023255551) << 12;
+        IF ((blk_start >> 12) & 1023) = node THEN
+            blk_pos := least(blk_pos | (blk_start & 4095) + 1023, blk_pos | 4095);
+        ELSE
+            blk_pos := blk_pos | 4095;
+        END IF;
+        IF blk_pos > s_pos THEN
+            s_pos := blk_pos;
+            PERFORM snowflake._store(seq, ((s_pos >> 12) << 22) | (node::bigint << 12) | (s_pos & 4095));
+        END IF;
     END IF;
 
     lo_pos := h_pos;
