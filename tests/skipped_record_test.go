@@ -276,3 +276,22 @@ func TestSkipToSyncStopsAtTheRightSync(t *testing.T) {
 		sameAnswers(t, c.name, r.pc, direct.pc, c.groups)
 	}
 }
+
+// Regression (review): in a transaction block the proxy answered a Bind,
+// Describe, Execute, Sync of a locally answered statement itself, which
+// leaves the client a finished unnamed portal the server never had. A
+// later Describe or Execute of it got 34000 and aborted the transaction,
+// where PostgreSQL describes it and answers SELECT 0.
+func TestLocalAnswerInATransactionLeavesThePortal(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	direct := directSession(t, e)
+	run := []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "n"}, &pgproto3.Describe{ObjectType: 'P'},
+		&pgproto3.Execute{}, &pgproto3.Sync{}}
+	sameAnswers(t, "finished portal", r.pc, direct.pc, [][]pgproto3.FrontendMessage{
+		{&pgproto3.Parse{Name: "n", Query: "SELECT snowflake.nextval() AS id"}, &pgproto3.Describe{ObjectType: 'S', Name: "n"}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "BEGIN"}},
+		run, run,
+		{&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+		{&pgproto3.Query{String: "COMMIT"}},
+	})
+}

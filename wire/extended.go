@@ -189,7 +189,6 @@ func (p *clientPump) bind() error {
 	if named {
 		rec = p.stmt(stmt)
 	}
-	portalWasLive := p.portalLive
 	p.idleSeen = false
 	// What may wait comes first: on a loop thread it returns errHandover
 	// before the Bind changed anything.
@@ -233,7 +232,7 @@ func (p *clientPump) bind() error {
 	left := p.noteShimSlots(rec.t)
 	p.srv.countFallback(p.executionFallback(rec.shimDefaults, left, rec.pl))
 	if allValid && rec.pl.Local != nil && len(portal) == 0 {
-		if done, err := p.bindLocally(rec, msg, portalWasLive); done || err != nil {
+		if done, err := p.bindLocally(rec, msg); done || err != nil {
 			return err
 		}
 	}

@@ -14,10 +14,12 @@ import (
 //   - the statement's Parse was confirmed by the server (ParseComplete), so
 //     that the statement exists there and a Describe or Close of it, or a
 //     later forwarded Bind, behaves as without the proxy;
-//   - the portal is the unnamed one, and the server has none: at a safe
-//     point in status 'I' no portal survives, in 'T' only when no Bind of
-//     the unnamed portal was forwarded in the transaction. The local portal
-//     is then recorded as not live, so later references go to the server;
+//   - the portal is the unnamed one and the transaction is implicit: at a
+//     safe point in status 'I' the server has no portal, and the Sync ends
+//     the client's. In a transaction block ('T') the client's finished
+//     portal would outlive the Sync, and a later Describe or Execute of
+//     it, which PostgreSQL answers, would reach a server without it; such
+//     a group is forwarded;
 //   - the Bind has no parameters and result formats PostgreSQL accepts;
 //   - the client's buffered input holds, right after the Bind, exactly an
 //     optional Describe of the unnamed portal, an Execute of it whose row
@@ -29,8 +31,7 @@ import (
 //
 // The answer is BindComplete, RowDescription (for the Describe), DataRow,
 // CommandComplete "SELECT 1" and ReadyForQuery with the unchanged status:
-// an implicit transaction that only read generated values leaves 'I', a
-// transaction block stays 'T'.
+// an implicit transaction that only read generated values leaves 'I'.
 
 // localGroup describes the messages after a Bind that are answered with it.
 type localGroup struct {
@@ -67,9 +68,8 @@ func scanLocalGroup(b []byte) (g localGroup, ok bool) {
 
 // bindLocally answers the Bind being handled (msg), and the group that
 // follows it, when the conditions above hold; p.vals holds the values
-// generated for this Bind (all valid). portalWasLive is portalLive before
-// this Bind.
-func (p *clientPump) bindLocally(rec *stmtRec, msg pgmsg.Bind, portalWasLive bool) (done bool, err error) {
+// generated for this Bind (all valid).
+func (p *clientPump) bindLocally(rec *stmtRec, msg pgmsg.Bind) (done bool, err error) {
 	pl := rec.pl
 	m := &p.mirror
 	if pl.Local == nil || rec.t != pl.Template || rec.shimDefaults != 0 || rec.base != 0 || msg.NumParams() != 0 ||
@@ -107,7 +107,7 @@ func (p *clientPump) bindLocally(rec *stmtRec, msg pgmsg.Bind, portalWasLive boo
 	safe := p.sh.q.empty() && !p.sh.dirty && !p.sh.hiddenActive.Load() && rec.parsed.ok
 	status := p.sh.txStatus
 	p.sh.mu.Unlock()
-	if !safe || !(status == 'I' || status == 'T' && !portalWasLive) {
+	if !safe || status != 'I' {
 		return false, nil
 	}
 	p.out = appendExtLocalAnswer(p.out[:0], pl.Local.Columns, p.vals, msg, g.describe, status)

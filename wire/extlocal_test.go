@@ -38,7 +38,8 @@ func group(stmt string, formats []int16, describe bool, maxRows uint32) []pgprot
 // Local answers in the extended protocol must be byte-identical to the
 // server's answer to the same messages for the SELECT with the value as a
 // literal: text and binary results, with and without Describe, row limits,
-// in and out of a transaction block, named and unnamed statements.
+// named and unnamed statements. In a transaction block the group goes to
+// the server (its finished portal outlives the Sync), with the same answer.
 func TestExtendedLocalAnswerMatchesServer(t *testing.T) {
 	srv, db, p, sf := snowflakeSetup(t)
 	viaProxy := startRaw(t, p.addr, srv.Superuser(), db)
@@ -59,8 +60,13 @@ func TestExtendedLocalAnswerMatchesServer(t *testing.T) {
 						name := fmt.Sprintf("stmt=%q begin=%v formats=%v describe=%v max=%d", stmt, begin, formats, describe, maxRows)
 						before := p.Stats()
 						got := viaProxy.send(group(stmt, formats, describe, maxRows)...)
-						if st := p.Stats(); st.LocalAnswers != before.LocalAnswers+1 || st.LocalIDs != before.LocalIDs+1 {
-							t.Fatalf("%s: not answered locally: %+v\n%q", name, p.Stats(), got)
+						local := uint64(1)
+						if begin {
+							local = 0
+						}
+						if st := p.Stats(); st.LocalAnswers != before.LocalAnswers+local || st.LocalIDs != before.LocalIDs+local ||
+							st.FastIDs != before.FastIDs+1 {
+							t.Fatalf("%s: %d local answers, want %d: %+v\n%q", name, st.LocalAnswers-before.LocalAnswers, local, st, got)
 						}
 						id := sf.next.Load()<<12 | 5
 						direct.send(&pgproto3.Parse{Name: "d", Query: "SELECT " + strconv.FormatInt(id, 10) + "::int8 AS nextval"}, &pgproto3.Sync{})
