@@ -23,9 +23,8 @@ import (
 // statements (wire/namedparse.go); wherever they part from the server's
 // statements, a Bind gets the wrong IDs and the answers differ.
 //
-// Each Sync group (and each Query) is sent alone and answered before the
-// next: a Bind sent behind the Sync of a Parse the server refuses, before
-// its answer, is a difference the proxy knows of (namedparse.go).
+// Each pipeline is sent twice: each Sync group (and each Query) alone and
+// answered before the next, and all groups at once.
 
 // fuzzParseTexts are the statements a Parse may carry: INSERTs with one
 // and two IDs per row, a statement passed as it is, a syntax error, one
@@ -111,24 +110,28 @@ func fuzzMessages(data []byte) [][]pgproto3.FrontendMessage {
 	return groups
 }
 
-// answers sends each group on pc and returns what came back, one line per
+// answers sends the groups on pc and returns what came back, one line per
 // message: its type, and what must agree (SQLSTATE, tag, counts); the
-// values of rows differ (IDs) and are left out.
-func answers(t *testing.T, pc *pgconn.PgConn, groups [][]pgproto3.FrontendMessage) []string {
+// values of rows differ (IDs) and are left out. Each group is sent when
+// the one before it has been answered, or, pipelined, all at once with
+// pipelineEnd after them.
+func answers(t *testing.T, pc *pgconn.PgConn, groups [][]pgproto3.FrontendMessage, pipelined bool) []string {
 	t.Helper()
 	if err := pc.Conn().SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	fe := pc.Frontend()
 	var out []string
-	for _, g := range groups {
+	send := func(g []pgproto3.FrontendMessage) {
 		for _, m := range g {
 			fe.Send(m)
 		}
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		for ready := false; !ready; {
+	}
+	// receive reads up to a ReadyForQuery: the first one, or with marked
+	// the one after pipelineEnd's row.
+	receive := func(marked bool) {
+		seen := !marked
+		for {
 			m, err := fe.Receive()
 			if err != nil {
 				t.Fatalf("after %q: %v", out, err)
@@ -144,23 +147,60 @@ func answers(t *testing.T, pc *pgconn.PgConn, groups [][]pgproto3.FrontendMessag
 				out = append(out, fmt.Sprintf("row description %d", len(m.Fields)))
 			case *pgproto3.DataRow:
 				out = append(out, fmt.Sprintf("row %d", len(m.Values)))
+				seen = seen || len(m.Values) == 1 && string(m.Values[0]) == pipelineEndRow
 			case *pgproto3.ReadyForQuery:
 				out = append(out, "ready "+string(m.TxStatus))
-				ready = true
+				if seen {
+					return
+				}
 			case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
 			default:
 				out = append(out, fmt.Sprintf("%T", m))
 			}
 		}
 	}
+	flush := func() {
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pipelined {
+		for _, g := range groups {
+			send(g)
+		}
+		send(pipelineEnd)
+		flush()
+		receive(true)
+		return out
+	}
+	for _, g := range groups {
+		send(g)
+		flush()
+		receive(false)
+	}
 	return out
 }
 
+// pipelineEnd follows the groups of a pipeline: the Sync ends any skip
+// after an error, the ROLLBACK a failed transaction (as the end of the
+// session would), and the Query's row marks the last answers.
+var pipelineEnd = []pgproto3.FrontendMessage{&pgproto3.Sync{}, &pgproto3.Query{String: "ROLLBACK"},
+	&pgproto3.Query{String: "SELECT '" + pipelineEndRow + "'"}}
+
+const pipelineEndRow = "end of the pipeline"
+
 // sameAnswers sends groups on proxied (through the proxy) and on direct
-// (to the server alone) and fails the test where the answers differ.
+// (to the server alone), each when the one before was answered, and fails
+// the test where the answers differ.
 func sameAnswers(t *testing.T, what string, proxied, direct *pgconn.PgConn, groups [][]pgproto3.FrontendMessage) {
 	t.Helper()
-	if got, want := answers(t, proxied, groups), answers(t, direct, groups); !slices.Equal(got, want) {
+	sameAnswersSent(t, what, proxied, direct, groups, false)
+}
+
+// sameAnswersSent is sameAnswers with the groups sent pipelined or not.
+func sameAnswersSent(t *testing.T, what string, proxied, direct *pgconn.PgConn, groups [][]pgproto3.FrontendMessage, pipelined bool) {
+	t.Helper()
+	if got, want := answers(t, proxied, groups, pipelined), answers(t, direct, groups, pipelined); !slices.Equal(got, want) {
 		t.Fatalf("%s\nthrough the proxy:\n  %s\nfrom the server alone:\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
@@ -219,14 +259,26 @@ func FuzzPipelineMatchesServer(f *testing.F) {
 		if len(groups) == 0 {
 			return
 		}
-		for _, e := range []*testEnv{viaProxy, alone} {
-			e.execDirect(t, "TRUNCATE pairs, twin")
-		}
-		proxied := viaProxy.connect(t, pgx.QueryExecModeCacheStatement)
-		direct := connectConfig(t, directConfig(t, alone))
-		sameAnswers(t, "pipeline "+describeGroups(groups), proxied.PgConn(), direct.PgConn(), groups)
-		if got, want := fuzzRows(t, viaProxy.connectDirect(t)), fuzzRows(t, alone.connectDirect(t)); !slices.Equal(got, want) {
-			t.Fatalf("pipeline %s\nrows through the proxy %q, from the server alone %q", describeGroups(groups), got, want)
+		// Each group after the answer to the one before, then all at once:
+		// a message behind the Sync of a change must find what the
+		// server made of it.
+		for _, pipelined := range []bool{false, true} {
+			for _, e := range []*testEnv{viaProxy, alone} {
+				e.execDirect(t, "TRUNCATE pairs, twin")
+			}
+			proxied := viaProxy.connect(t, pgx.QueryExecModeCacheStatement)
+			direct := connectConfig(t, directConfig(t, alone))
+			what := fmt.Sprintf("pipelined %v: %s", pipelined, describeGroups(groups))
+			sameAnswersSent(t, what, proxied.PgConn(), direct.PgConn(), groups, pipelined)
+			// Their transactions end before the next TRUNCATE.
+			for _, c := range []*pgx.Conn{proxied, direct} {
+				if err := c.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, want := fuzzRows(t, viaProxy.connectDirect(t)), fuzzRows(t, alone.connectDirect(t)); !slices.Equal(got, want) {
+				t.Fatalf("%s\nrows through the proxy %q, from the server alone %q", what, got, want)
+			}
 		}
 	})
 }

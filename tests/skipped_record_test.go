@@ -295,3 +295,57 @@ func TestLocalAnswerInATransactionLeavesThePortal(t *testing.T) {
 		{&pgproto3.Query{String: "COMMIT"}},
 	})
 }
+
+// Regression (left in the notes of the records' rework): a Bind or
+// Describe sent behind the Sync of a change the server then refused or
+// skipped, before its answer reached the proxy, was rendered for the
+// change: a refused Parse of a name the server had made the proxy bind
+// IDs for another table's statement, and a skipped Close or a DEALLOCATE
+// that did not run made it leave out the statement's ID (08P01). The
+// proxy now waits for the answer to such a change.
+func TestPipelinedBindAfterARefusedChange(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	direct := directSession(t, e)
+	bind := func(name string, params ...string) []pgproto3.FrontendMessage {
+		b := &pgproto3.Bind{PreparedStatement: name}
+		for _, v := range params {
+			b.Parameters = append(b.Parameters, []byte(v))
+		}
+		return []pgproto3.FrontendMessage{b, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	}
+	parse := func(name, sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Name: name, Query: sql}, &pgproto3.Sync{}}
+	}
+	for _, c := range []struct {
+		name   string
+		groups [][]pgproto3.FrontendMessage
+	}{
+		{"Parse of a name the server has", [][]pgproto3.FrontendMessage{
+			parse("r1", pairsInsert), parse("r1", twinInsert), bind("r1", "11"), bind("r1", "12", "13"),
+			{&pgproto3.Describe{ObjectType: 'S', Name: "r1"}, &pgproto3.Sync{}}}},
+		{"skipped Close", [][]pgproto3.FrontendMessage{
+			parse("r2", pairsInsert), {badParse, &pgproto3.Close{ObjectType: 'S', Name: "r2"}, &pgproto3.Sync{}},
+			bind("r2", "21", "22")}},
+		{"DEALLOCATE behind an error", [][]pgproto3.FrontendMessage{
+			parse("r3", pairsInsert), {&pgproto3.Query{String: "SELECT 1/0; DEALLOCATE r3"}}, bind("r3", "31", "32")}},
+		// No wait here: the server skips the Query with its group, and
+		// answers nothing before the Sync that follows the Bind.
+		{"DEALLOCATE skipped with its group", [][]pgproto3.FrontendMessage{
+			parse("r5", pairsInsert), append([]pgproto3.FrontendMessage{badParse, &pgproto3.Query{String: "DEALLOCATE r5"}},
+				bind("r5", "51", "52")...), bind("r5", "53", "54")}},
+		{"skipped Parse of the unnamed statement", [][]pgproto3.FrontendMessage{
+			parse("", pairsInsert), {badParse, &pgproto3.Parse{Query: twinInsert}, &pgproto3.Sync{}},
+			bind("", "41", "42"), bind("", "43")}},
+	} {
+		t.Run(c.name, func(t *testing.T) { sameAnswersSent(t, c.name, r.pc, direct.pc, c.groups, true) })
+	}
+	// Both sessions write to the same tables.
+	for _, ab := range [][2]int{{12, 13}, {21, 22}, {31, 32}, {53, 54}, {41, 42}} {
+		if n := pairsRow(t, e, ab[0], ab[1]); n != 2 {
+			t.Errorf("%d rows (%d, %d) in pairs, want one from each session", n, ab[0], ab[1])
+		}
+	}
+	if n := mustInt64(t, e.connectDirect(t), "SELECT count(*) FROM twin WHERE a IS NOT NULL"); n != 0 {
+		t.Errorf("%d rows in twin, whose statements the server refused", n)
+	}
+}

@@ -36,10 +36,17 @@ type clientPump struct {
 
 	// Statement records (namedparse.go): per name, and the changes the
 	// server has not answered, in the order sent (changes[changesHead:]).
-	stmts         map[string]*stmtSlot
-	unnamed       stmtSlot
-	changes       []*stmtSlot
-	changesHead   int
+	stmts       map[string]*stmtSlot
+	unnamed     stmtSlot
+	changes     []*stmtSlot
+	changesHead int
+	// groups counts the messages sent that end a group for sure: after
+	// each, the server runs what comes next whatever became of what came
+	// before (namedparse.go, answered). A Sync always; a Query when no
+	// extended message was sent since the last Sync (inExtended), as
+	// after an error the server skips a Query too, up to the Sync.
+	groups        uint64
+	inExtended    bool
 	portals       map[string]*stmtRec
 	unnamedPortal *stmtRec
 	stmtLive      bool // an unnamed statement may exist on the server
@@ -254,18 +261,29 @@ func (p *clientPump) dispatch(typ byte) error {
 	}
 	switch typ {
 	case 'Q':
-		return p.query()
+		err := p.query()
+		if err == nil && !p.inExtended {
+			p.groups++ // not for a Query handed over to be taken again
+		}
+		return err
 	case 'P':
+		p.inExtended = true
 		return p.parse()
 	case 'B':
+		p.inExtended = true
 		return p.bind()
 	case 'D':
+		p.inExtended = true
 		return p.describe()
 	case 'E':
+		p.inExtended = true
 		return p.execute()
 	case 'C':
+		p.inExtended = true
 		return p.closeMsg()
 	case 'S':
+		p.groups++
+		p.inExtended = false
 		p.push(owed{kind: owedSync})
 	case 'F':
 		p.push(owed{kind: owedQuery})

@@ -50,18 +50,6 @@ func (rec *stmtRec) rendering() plan.Rendering {
 	return plan.Params
 }
 
-// stmt returns the record of the statement name, nil when it has none.
-func (p *clientPump) stmt(name []byte) *stmtRec {
-	p.settleAnswered()
-	if len(name) == 0 {
-		return p.unnamed.current()
-	}
-	if s := p.stmts[string(name)]; s != nil {
-		return s.current()
-	}
-	return nil
-}
-
 func (p *clientPump) portal(name []byte) *stmtRec {
 	if len(name) == 0 {
 		return p.unnamedPortal
@@ -187,7 +175,9 @@ func (p *clientPump) bind() error {
 	portal, stmt, named := pgmsg.BindNames(body)
 	var rec *stmtRec
 	if named {
-		rec = p.stmt(stmt)
+		if rec, err = p.answered(stmt); err != nil {
+			return err
+		}
 	}
 	p.idleSeen = false
 	// What may wait comes first: on a loop thread it returns errHandover
@@ -291,7 +281,11 @@ func (p *clientPump) describe() error {
 	o := owed{kind: owedDescribePortal}
 	if msg, ok := pgmsg.ReadDescribe(body); ok && msg.Kind == 'S' {
 		o.kind = owedDescribeStmt
-		if rec := p.stmt(msg.Name); rec != nil {
+		rec, err := p.answered(msg.Name)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
 			o.strip = rec.ids
 		}
 	}

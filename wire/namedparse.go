@@ -1,5 +1,7 @@
 package wire
 
+import "github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
+
 // Statement records changed when the server has answered. PostgreSQL
 // keeps a named statement until a Close or DEALLOCATE that runs: a Parse
 // of a name it has fails (42P05), as does one it cannot parse, plan or
@@ -29,9 +31,14 @@ package wire
 // the server dropped run through its fallback statement
 // (fallbackstmt.go).
 //
-// Until an answer reaches the proxy, lookups see the change: a Bind sent
-// after the Sync of a change the server refuses, before its answer came
-// back, is still rendered for it (the proxy does not wait).
+// Until an answer reaches the proxy, lookups see the newest change: a
+// Bind in the same group (up to the next Sync, or the Query itself) runs
+// only if the change was made. A Bind or Describe of a later group runs
+// whatever became of it, so the proxy first waits for the answer
+// (answered): a client that pipelines past the Sync of a refused Parse of
+// a name it had, or of a skipped Close, had its Binds rendered for a
+// statement the server did not have, with IDs of another sequence bound
+// in its slots.
 
 // stmtSlot is what the proxy knows of one statement name.
 type stmtSlot struct {
@@ -46,6 +53,7 @@ type pendingChange struct {
 	rec            *stmtRec // the new record; nil: the name has none after it
 	answer         *parseConfirm
 	dropsOnFailure bool
+	group          uint64 // clientPump.groups when it was sent
 }
 
 // current is the record lookups see: the newest change's, else the base.
@@ -92,7 +100,7 @@ func (p *clientPump) change(s *stmtSlot, rec *stmtRec, answer *parseConfirm, dro
 		rec.unsettled = true
 	}
 	s.pending, s.head = compact(s.pending, s.head)
-	s.pending = append(s.pending, pendingChange{rec: rec, answer: answer, dropsOnFailure: dropsOnFailure})
+	s.pending = append(s.pending, pendingChange{rec: rec, answer: answer, dropsOnFailure: dropsOnFailure, group: p.groups})
 	p.changes, p.changesHead = compact(p.changes, p.changesHead)
 	p.changes = append(p.changes, s)
 	return answer
@@ -231,6 +239,55 @@ func (p *clientPump) unnamedGoes(safe bool) *parseConfirm {
 		return nil
 	}
 	return p.change(s, nil, nil, false)
+}
+
+// answered returns the record of statement name for a message that runs
+// whatever became of the changes of earlier groups: once the server has
+// answered the newest change, when that was sent before a Sync or Query
+// since. On a loop thread it returns errHandover instead of waiting.
+func (p *clientPump) answered(name []byte) (*stmtRec, error) {
+	for {
+		p.settleAnswered()
+		s := &p.unnamed
+		if len(name) != 0 {
+			if s = p.stmts[string(name)]; s == nil {
+				return nil, nil
+			}
+		}
+		if s.settled() || s.pending[len(s.pending)-1].group == p.groups {
+			return s.current(), nil
+		}
+		if p.onLoop() {
+			return nil, errHandover
+		}
+		if err := p.awaitAnswer(s.pending[len(s.pending)-1].answer); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// awaitAnswer sends what is buffered for the server and waits until c is
+// done or the session ends.
+func (p *clientPump) awaitAnswer(c *parseConfirm) error {
+	if err := p.sw.Flush(); err != nil {
+		return &Error{Kind: KindUpstreamIO, Message: "write", Err: err}
+	}
+	p.sh.mu.Lock()
+	if p.sh.q.wake == nil {
+		p.sh.q.wake = make(chan struct{}, 1)
+	}
+	done, wake := c.done, p.sh.q.wake
+	p.sh.mu.Unlock()
+	if done {
+		return nil
+	}
+	netloop.MayWait("the answer to a change of a statement")
+	select {
+	case <-wake:
+		return nil
+	case <-p.ctx.Done():
+		return p.ctx.Err()
+	}
 }
 
 // atSafePoint reports whether nothing sent to the server is unanswered.

@@ -6,6 +6,19 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
 )
 
+// stmt is the record lookups see for the statement name, without the
+// wait of answered.
+func (p *clientPump) stmt(name []byte) *stmtRec {
+	p.settleAnswered()
+	if len(name) == 0 {
+		return p.unnamed.current()
+	}
+	if s := p.stmts[string(name)]; s != nil {
+		return s.current()
+	}
+	return nil
+}
+
 // refused marks c answered without a confirmation.
 func refused(c *parseConfirm) { c.done = true }
 

@@ -62,6 +62,10 @@ type owed struct {
 type owedQueue struct {
 	items []owed
 	head  int
+	// wake, once a client pump waited for an answer (namedparse.go,
+	// awaitAnswer), gets a token whenever an entry with a confirmation
+	// leaves.
+	wake chan struct{}
 }
 
 func (q *owedQueue) push(o owed) {
@@ -87,12 +91,19 @@ func (q *owedQueue) front() *owed {
 // pop removes the oldest entry: answered, refused, or skipped after an
 // error. A Parse's confirmation is then done.
 func (q *owedQueue) pop() {
-	if c := q.items[q.head].confirm; c != nil {
+	o := &q.items[q.head]
+	if c := o.confirm; c != nil {
 		c.done = true
 	}
-	for _, c := range q.items[q.head].confirms {
+	for _, c := range o.confirms {
 		if c != nil {
 			c.done = true
+		}
+	}
+	if q.wake != nil && (o.confirm != nil || len(o.confirms) > 0) {
+		select {
+		case q.wake <- struct{}{}:
+		default: // a token is already there
 		}
 	}
 	q.items[q.head] = owed{}
