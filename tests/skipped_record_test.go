@@ -349,3 +349,25 @@ func TestPipelinedBindAfterARefusedChange(t *testing.T) {
 		t.Errorf("%d rows in twin, whose statements the server refused", n)
 	}
 }
+
+// Regression (review of the wait above): a Bind group the proxy answered
+// itself took its Sync without counting it, so the Query after it was
+// counted in that group and a Bind behind the Query's DEALLOCATE that
+// did not run was rendered without the statement's ID again.
+func TestPipelinedBindAfterALocalAnswer(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	direct := directSession(t, e)
+	local := []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "n"}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	sameAnswers(t, "setup", r.pc, direct.pc, [][]pgproto3.FrontendMessage{
+		{&pgproto3.Parse{Name: "r7", Query: pairsInsert}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Name: "n", Query: "SELECT snowflake.nextval() AS id"}, &pgproto3.Sync{}},
+		local, local,
+	})
+	sameAnswersSent(t, "after a local answer", r.pc, direct.pc, [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "SELECT 1/0; DEALLOCATE r7"}},
+		{&pgproto3.Bind{PreparedStatement: "r7", Parameters: [][]byte{[]byte("71"), []byte("72")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+	}, true)
+	if n := pairsRow(t, e, 71, 72); n != 2 {
+		t.Errorf("%d rows (71, 72) in pairs, want one from each session", n)
+	}
+}
