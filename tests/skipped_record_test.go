@@ -371,3 +371,23 @@ func TestPipelinedBindAfterALocalAnswer(t *testing.T) {
 		t.Errorf("%d rows (71, 72) in pairs, want one from each session", n)
 	}
 }
+
+// Regression (review): an extended message followed by a Query without a
+// Sync left the session counted as in an extended group for good: no
+// later Query ended a group, and a Bind behind a DEALLOCATE that did not
+// run was rendered without the statement's ID again.
+func TestPipelinedBindAfterAQueryWithoutSync(t *testing.T) {
+	e, r := newNamedParseEnv(t)
+	direct := directSession(t, e)
+	sameAnswers(t, "setup", r.pc, direct.pc, [][]pgproto3.FrontendMessage{
+		{&pgproto3.Parse{Name: "r8", Query: pairsInsert}, &pgproto3.Sync{}},
+		{&pgproto3.Parse{Name: "x", Query: "SELECT 1"}, &pgproto3.Query{String: "SELECT 2"}},
+	})
+	sameAnswersSent(t, "after a Parse without Sync", r.pc, direct.pc, [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "SELECT 1/0; DEALLOCATE r8"}},
+		{&pgproto3.Bind{PreparedStatement: "r8", Parameters: [][]byte{[]byte("81"), []byte("82")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+	}, true)
+	if n := pairsRow(t, e, 81, 82); n != 2 {
+		t.Errorf("%d rows (81, 82) in pairs, want one from each session", n)
+	}
+}

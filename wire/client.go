@@ -261,6 +261,11 @@ func (p *clientPump) dispatch(typ byte) error {
 	}
 	switch typ {
 	case 'Q':
+		if p.inExtended && p.atSafePoint() {
+			// Everything sent was answered, the last of it by a
+			// ReadyForQuery: no skip after an error can be pending.
+			p.inExtended = false
+		}
 		err := p.query()
 		if err == nil && !p.inExtended {
 			p.groups++ // not for a Query handed over to be taken again
