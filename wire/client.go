@@ -45,8 +45,12 @@ type clientPump struct {
 	// before (namedparse.go, answered). A Sync always; a Query when no
 	// extended message was sent since the last Sync (inExtended), as
 	// after an error the server skips a Query too, up to the Sync.
-	groups        uint64
-	inExtended    bool
+	groups     uint64
+	inExtended bool
+	// copyEnds counts the CopyDone and CopyFail messages sent: a Sync
+	// before the one that ends a COPY FROM STDIN is ignored by the server
+	// (queue.go, copyInStarted).
+	copyEnds      uint64
 	portals       map[string]*stmtRec
 	unnamedPortal *stmtRec
 	stmtLive      bool // an unnamed statement may exist on the server
@@ -254,6 +258,9 @@ func (p *clientPump) readFailed(err error) error {
 
 // dispatch handles one client message when a Rewriter is configured.
 func (p *clientPump) dispatch(typ byte) error {
+	if typ == 'c' || typ == 'f' {
+		p.copyEnds++
+	}
 	if p.cin.active {
 		if handled, err := p.copyMessage(typ); handled {
 			return err
@@ -287,9 +294,10 @@ func (p *clientPump) dispatch(typ byte) error {
 		p.inExtended = true
 		return p.closeMsg()
 	case 'S':
-		p.groups++
-		p.inExtended = false
-		p.push(owed{kind: owedSync})
+		if p.sh.pushSync(p.copyEnds) {
+			p.groups++
+			p.inExtended = false
+		}
 	case 'F':
 		p.push(owed{kind: owedQuery})
 	case 'X':
@@ -304,7 +312,10 @@ func (p *clientPump) dispatch(typ byte) error {
 }
 
 // push records a response owed for a message about to be forwarded.
-func (p *clientPump) push(o owed) { p.sh.push(o) }
+func (p *clientPump) push(o owed) {
+	o.copyEnds = p.copyEnds
+	p.sh.push(o)
+}
 
 // state returns whether the session is at a safe point and the current
 // transaction status, and collects the mirror invalidations the server

@@ -18,6 +18,9 @@ const (
 	owedHiddenParse                        // ParseComplete of the proxy's own Parse: not relayed
 	owedHiddenBind                         // BindComplete of the proxy's own Bind: not relayed
 	owedSync                               // ReadyForQuery
+	// owedIgnoredSync: a Sync the server read during COPY FROM STDIN,
+	// which it ignores: nothing answers it (copyInStarted).
+	owedIgnoredSync
 )
 
 // endsAtReady reports whether ReadyForQuery completes the entry.
@@ -55,6 +58,9 @@ type owed struct {
 	// per statement, the answer the records it changes wait for, set at
 	// the statement's CommandComplete (nil for the others).
 	confirms []*parseConfirm
+	// copyEnds: the CopyDone and CopyFail messages the client had sent
+	// when the message was (clientPump.copyEnds).
+	copyEnds uint64
 }
 
 // owedQueue is a FIFO of owed responses. It reuses its array: no
@@ -108,8 +114,36 @@ func (q *owedQueue) pop() {
 	}
 	q.items[q.head] = owed{}
 	q.head++
+	// Nothing answers an ignored Sync: the next answer is the next
+	// entry's.
+	for q.head < len(q.items) && q.items[q.head].kind == owedIgnoredSync {
+		q.items[q.head] = owed{}
+		q.head++
+	}
 }
 
 func (q *owedQueue) empty() bool { return q.head == len(q.items) }
+
+// copyInStarted marks the Syncs sent after the front entry, whose message
+// started a COPY FROM STDIN (the server sent CopyInResponse), and before
+// the client ended it: the server reads them during the COPY and ignores
+// them, and no ReadyForQuery answers them (regression: libpq sends Parse,
+// Bind, Execute, Sync, the data, CopyDone, Sync, and the first Sync's
+// entry took the answer of every later message). A message other than a
+// Sync there makes the server end the COPY with an error, and Syncs after
+// it count again.
+func (q *owedQueue) copyInStarted() {
+	if q.empty() {
+		return
+	}
+	ends := q.items[q.head].copyEnds
+	for i := q.head + 1; i < len(q.items); i++ {
+		o := &q.items[i]
+		if o.kind != owedSync || o.copyEnds != ends {
+			return
+		}
+		o.kind = owedIgnoredSync
+	}
+}
 
 func (q *owedQueue) len() int { return len(q.items) - q.head }

@@ -151,6 +151,7 @@ func (p *serverPump) handle(typ byte) error {
 		var cv *copyView
 		if p.sh.track {
 			p.sh.mu.Lock()
+			p.sh.copyIn = false // an error ends a COPY
 			if o := p.sh.q.front(); o != nil {
 				pm, own = o.pos, ownStatement(o)
 				if o.copyCols > 0 {
@@ -227,6 +228,8 @@ func (p *serverPump) handle(typ byte) error {
 		hide := 0
 		if o := p.sh.q.front(); o != nil {
 			hide = o.copyCols
+			p.sh.copyIn, p.sh.copyInEnds = true, o.copyEnds
+			p.sh.q.copyInStarted()
 		}
 		p.sh.mu.Unlock()
 		if hide > 0 {
@@ -301,6 +304,7 @@ func (p *serverPump) ready(body []byte) {
 		p.sh.txStatus = m.Status
 	}
 	p.sh.readies++
+	p.sh.copyIn = false
 	// After an error the server skipped everything up to Sync, a Query
 	// or FunctionCall too, which then has no ReadyForQuery of its own
 	// (regression: the Sync's was taken for the Query's, and every later

@@ -71,6 +71,11 @@ type shared struct {
 	// copyRefused: the server sent an error for a COPY whose rows the
 	// client pump completes (copyin.go): it issues no more IDs for it.
 	copyRefused atomic.Bool
+	// copyIn: the server is in a COPY FROM STDIN the client has not ended
+	// (it had sent copyInEnds CopyDone and CopyFail messages before it),
+	// where it ignores Sync (queue.go, copyInStarted).
+	copyIn     bool
+	copyInEnds uint64
 }
 
 func newShared(track bool) *shared {
@@ -100,6 +105,21 @@ func (sh *shared) quiet() (safe bool, status byte) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.q.empty() && !sh.dirty, sh.txStatus
+}
+
+// pushSync records the ReadyForQuery owed for a Sync about to be
+// forwarded, sent after copyEnds CopyDone and CopyFail messages, and
+// reports whether it did: the server ignores a Sync it reads during a
+// COPY FROM STDIN, and answers nothing (queue.go, copyInStarted).
+func (sh *shared) pushSync(copyEnds uint64) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.copyIn && sh.copyInEnds == copyEnds {
+		return false
+	}
+	sh.q.push(owed{kind: owedSync, copyEnds: copyEnds})
+	sh.dirty = true
+	return true
 }
 
 // push records a response owed for a message about to be forwarded. It
