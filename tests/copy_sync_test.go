@@ -1,62 +1,12 @@
 package tests
 
 import (
-	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
-
-// exchange sends msgs on pc and returns what came back, one line per
-// message, up to the message that stop accepts.
-func exchange(t *testing.T, pc *pgconn.PgConn, msgs []pgproto3.FrontendMessage, stop func(pgproto3.BackendMessage) bool) []string {
-	t.Helper()
-	if err := pc.Conn().SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	fe := pc.Frontend()
-	for _, m := range msgs {
-		fe.Send(m)
-	}
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for {
-		m, err := fe.Receive()
-		if err != nil {
-			t.Fatalf("after %q: %v", out, err)
-		}
-		switch m := m.(type) {
-		case *pgproto3.ErrorResponse:
-			out = append(out, "error "+m.Code)
-		case *pgproto3.CommandComplete:
-			out = append(out, "complete "+string(m.CommandTag))
-		case *pgproto3.ReadyForQuery:
-			out = append(out, "ready "+string(m.TxStatus))
-		case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
-			continue
-		default:
-			out = append(out, fmt.Sprintf("%T", m))
-		}
-		if stop(m) {
-			return out
-		}
-	}
-}
-
-// readies stops at the nth ReadyForQuery.
-func readies(n int) func(pgproto3.BackendMessage) bool {
-	return func(m pgproto3.BackendMessage) bool {
-		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-			n--
-		}
-		return n == 0
-	}
-}
 
 // Regression (review): libpq runs COPY FROM STDIN in the extended
 // protocol as Parse, Bind, Execute, Sync, the data, CopyDone, Sync. The

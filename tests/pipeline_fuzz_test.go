@@ -117,68 +117,89 @@ func fuzzMessages(data []byte) [][]pgproto3.FrontendMessage {
 // pipelineEnd after them.
 func answers(t *testing.T, pc *pgconn.PgConn, groups [][]pgproto3.FrontendMessage, pipelined bool) []string {
 	t.Helper()
+	if pipelined {
+		var msgs []pgproto3.FrontendMessage
+		for _, g := range groups {
+			msgs = append(msgs, g...)
+		}
+		seen := false
+		return exchange(t, pc, append(msgs, pipelineEnd...), func(m pgproto3.BackendMessage) bool {
+			switch m := m.(type) {
+			case *pgproto3.DataRow:
+				seen = seen || len(m.Values) == 1 && string(m.Values[0]) == pipelineEndRow
+			case *pgproto3.ReadyForQuery:
+				return seen
+			}
+			return false
+		})
+	}
+	var out []string
+	for _, g := range groups {
+		out = append(out, exchange(t, pc, g, readies(1))...)
+	}
+	return out
+}
+
+// exchange sends msgs on pc and returns what came back, one line per
+// message (answerLine), up to the message that stop accepts.
+func exchange(t *testing.T, pc *pgconn.PgConn, msgs []pgproto3.FrontendMessage, stop func(pgproto3.BackendMessage) bool) []string {
+	t.Helper()
 	if err := pc.Conn().SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	fe := pc.Frontend()
+	for _, m := range msgs {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	var out []string
-	send := func(g []pgproto3.FrontendMessage) {
-		for _, m := range g {
-			fe.Send(m)
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("after %q: %v", out, err)
+		}
+		if line := answerLine(m); line != "" {
+			out = append(out, line)
+		}
+		if stop(m) {
+			return out
 		}
 	}
-	// receive reads up to a ReadyForQuery: the first one, or with marked
-	// the one after pipelineEnd's row.
-	receive := func(marked bool) {
-		seen := !marked
-		for {
-			m, err := fe.Receive()
-			if err != nil {
-				t.Fatalf("after %q: %v", out, err)
-			}
-			switch m := m.(type) {
-			case *pgproto3.ErrorResponse:
-				out = append(out, "error "+m.Code)
-			case *pgproto3.CommandComplete:
-				out = append(out, "complete "+string(m.CommandTag))
-			case *pgproto3.ParameterDescription:
-				out = append(out, fmt.Sprintf("parameters %d", len(m.ParameterOIDs)))
-			case *pgproto3.RowDescription:
-				out = append(out, fmt.Sprintf("row description %d", len(m.Fields)))
-			case *pgproto3.DataRow:
-				out = append(out, fmt.Sprintf("row %d", len(m.Values)))
-				seen = seen || len(m.Values) == 1 && string(m.Values[0]) == pipelineEndRow
-			case *pgproto3.ReadyForQuery:
-				out = append(out, "ready "+string(m.TxStatus))
-				if seen {
-					return
-				}
-			case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
-			default:
-				out = append(out, fmt.Sprintf("%T", m))
-			}
+}
+
+// readies stops exchange at the nth ReadyForQuery.
+func readies(n int) func(pgproto3.BackendMessage) bool {
+	return func(m pgproto3.BackendMessage) bool {
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			n--
 		}
+		return n == 0
 	}
-	flush := func() {
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
+}
+
+// answerLine renders a server message as answers records it: its type,
+// and what must agree (SQLSTATE, tag, counts); "" for the messages left
+// out (ParameterStatus, NoticeResponse).
+func answerLine(m pgproto3.BackendMessage) string {
+	switch m := m.(type) {
+	case *pgproto3.ErrorResponse:
+		return "error " + m.Code
+	case *pgproto3.CommandComplete:
+		return "complete " + string(m.CommandTag)
+	case *pgproto3.ParameterDescription:
+		return fmt.Sprintf("parameters %d", len(m.ParameterOIDs))
+	case *pgproto3.RowDescription:
+		return fmt.Sprintf("row description %d", len(m.Fields))
+	case *pgproto3.DataRow:
+		return fmt.Sprintf("row %d", len(m.Values))
+	case *pgproto3.ReadyForQuery:
+		return "ready " + string(m.TxStatus)
+	case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
+		return ""
 	}
-	if pipelined {
-		for _, g := range groups {
-			send(g)
-		}
-		send(pipelineEnd)
-		flush()
-		receive(true)
-		return out
-	}
-	for _, g := range groups {
-		send(g)
-		flush()
-		receive(false)
-	}
-	return out
+	return fmt.Sprintf("%T", m)
 }
 
 // pipelineEnd follows the groups of a pipeline: the Sync ends any skip

@@ -363,13 +363,7 @@ func TestPipelinedBindAfterALocalAnswer(t *testing.T) {
 		{&pgproto3.Parse{Name: "n", Query: "SELECT snowflake.nextval() AS id"}, &pgproto3.Sync{}},
 		local, local,
 	})
-	sameAnswersSent(t, "after a local answer", r.pc, direct.pc, [][]pgproto3.FrontendMessage{
-		{&pgproto3.Query{String: "SELECT 1/0; DEALLOCATE r7"}},
-		{&pgproto3.Bind{PreparedStatement: "r7", Parameters: [][]byte{[]byte("71"), []byte("72")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
-	}, true)
-	if n := pairsRow(t, e, 71, 72); n != 2 {
-		t.Errorf("%d rows (71, 72) in pairs, want one from each session", n)
-	}
+	bindBehindADeallocateThatFails(t, e, r, direct, "r7", 71, 72)
 }
 
 // Regression (review): an extended message followed by a Query without a
@@ -383,11 +377,21 @@ func TestPipelinedBindAfterAQueryWithoutSync(t *testing.T) {
 		{&pgproto3.Parse{Name: "r8", Query: pairsInsert}, &pgproto3.Sync{}},
 		{&pgproto3.Parse{Name: "x", Query: "SELECT 1"}, &pgproto3.Query{String: "SELECT 2"}},
 	})
-	sameAnswersSent(t, "after a Parse without Sync", r.pc, direct.pc, [][]pgproto3.FrontendMessage{
-		{&pgproto3.Query{String: "SELECT 1/0; DEALLOCATE r8"}},
-		{&pgproto3.Bind{PreparedStatement: "r8", Parameters: [][]byte{[]byte("81"), []byte("82")}}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+	bindBehindADeallocateThatFails(t, e, r, direct, "r8", 81, 82)
+}
+
+// bindBehindADeallocateThatFails sends, through the proxy (r) and to the
+// server alone, a Query whose DEALLOCATE of name does not run and, behind
+// it before its answer, a Bind of name with (a, b): the same answers and
+// a row from each session.
+func bindBehindADeallocateThatFails(t *testing.T, e *testEnv, r, direct *rawSession, name string, a, b int) {
+	t.Helper()
+	sameAnswersSent(t, "DEALLOCATE that fails, then a Bind", r.pc, direct.pc, [][]pgproto3.FrontendMessage{
+		{&pgproto3.Query{String: "SELECT 1/0; DEALLOCATE " + name}},
+		{&pgproto3.Bind{PreparedStatement: name, Parameters: [][]byte{[]byte(strconv.Itoa(a)), []byte(strconv.Itoa(b))}},
+			&pgproto3.Execute{}, &pgproto3.Sync{}},
 	}, true)
-	if n := pairsRow(t, e, 81, 82); n != 2 {
-		t.Errorf("%d rows (81, 82) in pairs, want one from each session", n)
+	if n := pairsRow(t, e, a, b); n != 2 {
+		t.Errorf("%d rows (%d, %d) in pairs, want one from each session", n, a, b)
 	}
 }
