@@ -998,7 +998,7 @@ BEGIN
     IF blk_start > 0 THEN
         blk_pos := ((blk_start >> 22) & 2199023255551) << 12;
         IF ((blk_start >> 12) & 1023) = node THEN
-            blk_pos := least(blk_pos | (blk_start & 4095) + 1023, blk_pos | 4095);
+            blk_pos := blk_pos + least((blk_start & 4095) + 1023, 4095);
         ELSE
             blk_pos := blk_pos | 4095;
         END IF;
