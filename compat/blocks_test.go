@@ -732,3 +732,23 @@ func TestPerRowPlanWithBlockButNoBound(t *testing.T) {
 		t.Fatalf("currval %v, want %v", generator.Decode(cur), generator.Decode(ids[len(ids)-1]))
 	}
 }
+
+// Regression (TestSequenceShapes under load, one run in about 8 with two
+// CPU burners): the proxy's catalog watch and a lease made the blocks of
+// one sequence at once, and the second CREATE SEQUENCE failed with 42710
+// (type "_blk_..." already exists: its catalog cache did not show the
+// relation the other had committed, and the row type was found), which
+// _blocks did not catch; the lease failed, and the statement waiting for
+// it went to the shim. Here a type of B's name stands for that state.
+func TestBlocksWhoseTypeExistsAlready(t *testing.T) {
+	t.Parallel()
+	url, c, db, oid := shimDB(t)
+	mustExec(t, c, fmt.Sprintf("CREATE DOMAIN snowflake._blk_%d AS int", oid))
+	if made := queryInt(t, c, "SELECT snowflake._blocks('s')::int"); made != 0 {
+		t.Fatalf("_blocks made blocks over the type (%d)", made)
+	}
+	svc := newService(t, url, 5, nil)
+	if _, err := nextvalVia(ctxT(t), svc, db, oid, 5); err != nil {
+		t.Fatalf("the lease failed: %v", err)
+	}
+}

@@ -646,9 +646,11 @@ BEGIN
                        '_blkd_' || seq::oid::text);
         PERFORM snowflake._private(('snowflake.' || quote_ident('_blk_' || seq::oid::text))::regclass, 'USAGE');
         PERFORM snowflake._private(('snowflake.' || quote_ident('_blkd_' || seq::oid::text))::regclass, 'SELECT');
-    EXCEPTION WHEN unique_violation OR duplicate_table THEN
+    EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN
         -- Made at the same time by another caller (a lease and the
-        -- proxy's catalog watch), who committed first.
+        -- proxy's catalog watch), who committed first. duplicate_object:
+        -- a catalog cache that does not show the other's relation yet
+        -- finds its row type (regression: the lease failed).
         PERFORM set_config('snowflake._blocks_ddl', '', true);
         RETURN false;
     END;
