@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -212,8 +211,6 @@ func TestServiceAndShimInterleave(t *testing.T) {
 		}
 	}
 }
-
-func itoa(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
 
 func TestServiceControlSessions(t *testing.T) {
 	url := newDB(t)

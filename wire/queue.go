@@ -23,9 +23,6 @@ const (
 	owedIgnoredSync
 )
 
-// endsAtReady reports whether ReadyForQuery completes the entry.
-func (k owedKind) endsAtReady() bool { return k == owedQuery || k == owedSync }
-
 // extended reports whether the entry belongs to the extended protocol,
 // where an ErrorResponse makes the server skip to the next Sync.
 func (k owedKind) extended() bool { return k >= owedParse && k < owedSync }
@@ -145,5 +142,3 @@ func (q *owedQueue) copyInStarted() {
 		o.kind = owedIgnoredSync
 	}
 }
-
-func (q *owedQueue) len() int { return len(q.items) - q.head }
