@@ -295,8 +295,7 @@ func (p *clientPump) dispatch(typ byte) error {
 		return p.closeMsg()
 	case 'S':
 		if p.sh.pushSync(p.copyEnds) {
-			p.groups++
-			p.inExtended = false
+			p.groupEnded()
 		}
 	case 'F':
 		p.push(owed{kind: owedQuery})
@@ -309,6 +308,14 @@ func (p *clientPump) dispatch(typ byte) error {
 	// Flush, CopyData, CopyDone, CopyFail and anything the server itself
 	// must judge.
 	return p.cr.forward(p.sw)
+}
+
+// groupEnded counts a Sync that reaches the server, or one the proxy
+// answers with its group (extlocal.go): what comes after it runs whatever
+// became of what came before.
+func (p *clientPump) groupEnded() {
+	p.groups++
+	p.inExtended = false
 }
 
 // push records a response owed for a message about to be forwarded.

@@ -113,8 +113,7 @@ func (p *clientPump) bindLocally(rec *stmtRec, msg pgmsg.Bind) (done bool, err e
 	p.out = appendExtLocalAnswer(p.out[:0], pl.Local.Columns, p.vals, msg, g.describe, status)
 	p.cr.consume()
 	_, _ = p.cr.R.Discard(g.n)
-	p.groups++ // the group's Sync, taken here (namedparse.go, answered)
-	p.inExtended = false
+	p.groupEnded() // the group's Sync, taken here
 	p.setPortal(nil, nil, false)
 	p.srv.stats.local.Add(1)
 	p.srv.stats.localIDs.Add(uint64(p.fastIDs))
