@@ -30,7 +30,10 @@
 //   - tls.go: TLSConn, a crypto/tls.Conn over a Transport whose source
 //     and sink change with who relays the session (the socket, the pumps'
 //     raw reads and writes, a loop's reader and writer), so that a loop
-//     relays TLS records as it relays plaintext (docs/tls-loop.md).
+//     relays TLS records as it relays plaintext (docs/tls-loop.md);
+//     tlsswitch.go: the traffic secrets a handshake logs, and the move of
+//     a TLS 1.3 connection to its own records after it; record13.go:
+//     records13, that record layer (AES-GCM, KeyUpdate, alerts).
 //   - yield.go: schedPass, which makes a busy loop thread's goroutine
 //     pass through the Go scheduler every few milliseconds, so that the
 //     runtime's monitor thread does not take to preempting it.

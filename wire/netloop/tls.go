@@ -1,42 +1,116 @@
 package netloop
 
 import (
+	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // TLSConn is a TLS connection that an event loop can relay: a
-// crypto/tls.Conn over a Transport. The tls.Conn is the record layer for
-// the connection's whole life; the handshake, the pumps and a loop only
-// change what the Transport reads from and writes to (docs/tls-loop.md).
+// crypto/tls.Conn over a Transport. The handshake, the pumps and a loop
+// only change what the Transport reads from and writes to
+// (docs/tls-loop.md). After a TLS 1.3 handshake with an AES-GCM suite the
+// records are the connection's own (own, record13.go); otherwise the
+// tls.Conn stays the record layer for the connection's whole life.
 type TLSConn struct {
 	*tls.Conn
 	t  *Transport
 	rw *recordWriter // the writer of plaintext under a session's bufio.Writer
 	rs readState     // what the tls.Conn holds, as far as its reads tell (Read)
+
+	server       bool
+	keys         *secretLog
+	shaken       atomic.Bool // the handshake ended and switchRecords ran
+	noOwnRecords bool        // tests: keep the tls.Conn's records
+	// own is the record layer after the switch, nil when the tls.Conn's
+	// stays; set with layer by switchRecords before the connection is
+	// shared.
+	own   *records13
+	layer string
 }
 
 // TLSClient returns the client side of a TLS connection over raw, not
 // yet shaken hands.
 func TLSClient(raw net.Conn, cfg *tls.Config) *TLSConn {
 	t := newTransport(raw)
-	return newTLSConn(tls.Client(t, cfg), t)
+	l := &secretLog{}
+	return newTLSConn(tls.Client(t, withSecretLog(cfg, l)), t, l, false)
 }
 
 // TLSServer returns the server side of a TLS connection over raw, not
 // yet shaken hands.
 func TLSServer(raw net.Conn, cfg *tls.Config) *TLSConn {
 	t := newTransport(raw)
-	return newTLSConn(tls.Server(t, cfg), t)
+	l := &secretLog{}
+	return newTLSConn(tls.Server(t, withSecretLog(cfg, l)), t, l, true)
 }
 
-func newTLSConn(tc *tls.Conn, t *Transport) *TLSConn {
-	c := &TLSConn{Conn: tc, t: t}
+func newTLSConn(tc *tls.Conn, t *Transport, keys *secretLog, server bool) *TLSConn {
+	c := &TLSConn{Conn: tc, t: t, keys: keys, server: server}
 	c.rw = &recordWriter{c: c}
+	t.exact, t.hs = true, &handshakeWrites{}
 	return c
+}
+
+// HandshakeContext runs the handshake (crypto/tls's), then moves the
+// connection to its own records when it can (switchRecords).
+func (c *TLSConn) HandshakeContext(ctx context.Context) error {
+	if err := c.Conn.HandshakeContext(ctx); err != nil {
+		return err
+	}
+	if c.shaken.CompareAndSwap(false, true) {
+		c.switchRecords()
+	}
+	return nil
+}
+
+// Handshake is HandshakeContext without a context.
+func (c *TLSConn) Handshake() error { return c.HandshakeContext(context.Background()) }
+
+// RecordLayer says what seals and opens the connection's records after
+// its handshake: "own TLS 1.3" or "crypto/tls".
+func (c *TLSConn) RecordLayer() string {
+	if c.layer == "" {
+		return "crypto/tls"
+	}
+	return c.layer
+}
+
+// Write writes plaintext p: sealed by the connection's own records after
+// the switch, by the tls.Conn otherwise.
+func (c *TLSConn) Write(p []byte) (int, error) {
+	if c.own != nil {
+		return c.own.Write(p)
+	}
+	return c.Conn.Write(p)
+}
+
+// CloseWrite sends close_notify.
+func (c *TLSConn) CloseWrite() error {
+	if c.own != nil {
+		return c.own.closeNotify()
+	}
+	return c.Conn.CloseWrite()
+}
+
+// Close sends close_notify and closes the socket.
+func (c *TLSConn) Close() error {
+	if c.own == nil {
+		return c.Conn.Close()
+	}
+	nerr := c.own.closeNotify()
+	if err := c.t.Close(); err != nil {
+		return err
+	}
+	if nerr != nil {
+		return fmt.Errorf("tls: failed to send closeNotify alert (but connection was closed anyway): %w", nerr)
+	}
+	return nil
 }
 
 // Read reads plaintext from the tls.Conn. In a loop, once the Transport
@@ -47,11 +121,17 @@ func newTLSConn(tc *tls.Conn, t *Transport) *TLSConn {
 // readFromUntil) on the way. That saves one allocation per turn and
 // side (docs/tls-loop.md, "Allocations").
 func (c *TLSConn) Read(p []byte) (int, error) {
+	if c.own != nil {
+		return c.own.Read(p)
+	}
 	if len(p) > 0 && c.rs.empty && c.t.inLoop && c.t.drained {
 		return 0, errWouldBlock
 	}
 	n, err := c.Conn.Read(p)
 	c.rs.update(n, len(p), err, &c.t.rc)
+	if n > 0 {
+		c.t.exact = false // a handshake made by a read: no switch
+	}
 	return n, err
 }
 
@@ -107,6 +187,19 @@ const (
 	// 2^14 of plaintext and 2048 of expansion).
 	maxRecord = 16384 + 2048
 )
+
+// clip cuts p at the end of the record in progress: its header, then
+// its body (Transport.exact).
+func (rc *recordCounter) clip(p []byte) []byte {
+	if rc.broken {
+		return p
+	}
+	n := rc.left
+	if rc.hn < recordHeaderLen {
+		n = recordHeaderLen - rc.hn
+	}
+	return p[:min(len(p), n)]
+}
 
 func (rc *recordCounter) feed(b []byte) {
 	for len(b) > 0 && !rc.broken {
@@ -181,12 +274,16 @@ type Transport struct {
 	inLoop  bool          // src is a loop's reader
 	drained bool          // in a loop: this turn has read what the socket had
 	rc      recordCounter // of what Read gave the tls.Conn (TLSConn.Read)
+	// exact: until the handshake ends, a read takes no byte past the end
+	// of the record in progress (records13 starts where it ends).
+	exact bool
 
 	wmu     sync.Mutex
 	dst     io.Writer
 	collect bool
 	queue   []byte
-	werr    error // a write error of the queue: every later write fails
+	werr    error            // a write error of the queue: every later write fails
+	hs      *handshakeWrites // until the handshake ends: what the tls.Conn wrote
 }
 
 func newTransport(raw net.Conn) *Transport {
@@ -201,6 +298,9 @@ func (t *Transport) rawConn() net.Conn {
 }
 
 func (t *Transport) Read(p []byte) (int, error) {
+	if t.exact {
+		p = t.rc.clip(p)
+	}
 	if !t.inLoop {
 		n, err := t.src.Read(p)
 		t.rc.feed(p[:n])
@@ -228,6 +328,9 @@ func (t *Transport) Write(p []byte) (int, error) {
 	defer t.wmu.Unlock()
 	if t.werr != nil {
 		return 0, t.werr
+	}
+	if t.hs != nil {
+		t.hs.note(p)
 	}
 	if t.collect {
 		t.queue = append(t.queue, p...)
@@ -310,6 +413,9 @@ func (t *Transport) SetWriteDeadline(d time.Time) error { return t.rawConn().Set
 type recordWriter struct{ c *TLSConn }
 
 func (w *recordWriter) Write(p []byte) (int, error) {
+	if w.c.own != nil {
+		return w.c.own.Write(p) // one write already
+	}
 	t := w.c.t
 	t.wmu.Lock()
 	t.collect = true

@@ -56,21 +56,22 @@ type tlsSession struct {
 	tc     *TLSConn
 }
 
-func enterTLSSession(t *testing.T, lp *Loop) *tlsSession {
+func enterTLSSession(t *testing.T, lp *Loop, own bool) *tlsSession {
 	t.Helper()
 	srvCfg, clCfg := testTLS(t)
-	raw, tc, capc, client := shakeHands(t, srvCfg, clCfg)
+	raw, tc, capc, client := shakeHands(t, srvCfg, clCfg, own)
 	sout, server := SocketPair(t)
 	return &tlsSession{raw: raw, cap: capc, client: client, server: server, relay: enterRelay(t, lp, tc, sout), tc: tc}
 }
 
 // shakeHands makes a socket pair, a TLSConn server on one end and the
 // test's tls.Client (through a captureConn) on the other, and completes
-// their handshake.
-func shakeHands(t *testing.T, srvCfg, clCfg *tls.Config) (raw net.Conn, tc *TLSConn, capc *captureConn, client *tls.Conn) {
+// their handshake. own false keeps the TLSConn on its tls.Conn's records.
+func shakeHands(t *testing.T, srvCfg, clCfg *tls.Config, own bool) (raw net.Conn, tc *TLSConn, capc *captureConn, client *tls.Conn) {
 	t.Helper()
 	raw, cin := SocketPair(t)
 	tc = TLSServer(cin, srvCfg)
+	tc.noOwnRecords = !own
 	capc = &captureConn{Conn: raw}
 	client = tls.Client(capc, clCfg)
 	done := make(chan error, 1)
@@ -80,6 +81,9 @@ func shakeHands(t *testing.T, srvCfg, clCfg *tls.Config) (raw net.Conn, tc *TLSC
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	if want := map[bool]string{true: "own TLS 1.3", false: "crypto/tls"}[own]; tc.RecordLayer() != want {
+		t.Fatalf("record layer %q, want %q", tc.RecordLayer(), want)
 	}
 	return raw, tc, capc, client
 }
@@ -171,13 +175,23 @@ func loopIOs(t *testing.T, f func(t *testing.T, lp *Loop)) {
 	})
 }
 
+// tlsLoops runs f with each loop of loopIOs, and each record layer: the
+// TLSConn's own and its tls.Conn's.
+func tlsLoops(t *testing.T, f func(t *testing.T, lp *Loop, own bool)) {
+	for _, own := range []bool{true, false} {
+		t.Run(map[bool]string{true: "own", false: "crypto-tls"}[own], func(t *testing.T) {
+			loopIOs(t, func(t *testing.T, lp *Loop) { f(t, lp, own) })
+		})
+	}
+}
+
 // Records cut anywhere, in the header, in the body, and a record
 // (16 KiB, many messages) larger than the read buffer and than a
 // receive: the loop relays every message whole, in order, each turn
 // taking what it can decrypt and keeping the partial record.
 func TestLoopTLSRecordsSplitAcrossTurns(t *testing.T) {
-	loopIOs(t, func(t *testing.T, lp *Loop) {
-		s := enterTLSSession(t, lp)
+	tlsLoops(t, func(t *testing.T, lp *Loop, own bool) {
+		s := enterTLSSession(t, lp, own)
 		var big []byte
 		for i := 0; len(big) < 15000; i++ {
 			big = append(big, message('Q', strings.Repeat(string(rune('a'+i%26)), 700))...)
@@ -224,8 +238,8 @@ func TestLoopTLSRecordsSplitAcrossTurns(t *testing.T) {
 // tls.Conn gives the handed-over message, the rest of its record, and the
 // next record once its last bytes come, each byte once.
 func TestLoopTLSHandoverMidRecord(t *testing.T) {
-	loopIOs(t, func(t *testing.T, lp *Loop) {
-		s := enterTLSSession(t, lp)
+	tlsLoops(t, func(t *testing.T, lp *Loop, own bool) {
+		s := enterTLSSession(t, lp, own)
 		m1, x, m2, m3 := message('Q', "one"), message('X', "hand over"), message('Q', "two"), message('Q', "three")
 		first := s.record(t, append(append(append([]byte(nil), m1...), x...), m2...))
 		second := s.record(t, m3)
@@ -251,8 +265,8 @@ func TestLoopTLSHandoverMidRecord(t *testing.T) {
 // session over, and reading on gives io.EOF, with the message before it
 // relayed.
 func TestLoopTLSCloseNotify(t *testing.T) {
-	loopIOs(t, func(t *testing.T, lp *Loop) {
-		s := enterTLSSession(t, lp)
+	tlsLoops(t, func(t *testing.T, lp *Loop, own bool) {
+		s := enterTLSSession(t, lp, own)
 		m := message('Q', "before the end")
 		s.sendRead(t, s.record(t, m))
 		expect(t, s.server, m)
@@ -273,8 +287,8 @@ func TestLoopTLSCloseNotify(t *testing.T) {
 // the loop hands the session over, reading on fails for good, and the
 // client gets the bad_record_mac alert.
 func TestLoopTLSTamperedRecord(t *testing.T) {
-	loopIOs(t, func(t *testing.T, lp *Loop) {
-		s := enterTLSSession(t, lp)
+	tlsLoops(t, func(t *testing.T, lp *Loop, own bool) {
+		s := enterTLSSession(t, lp, own)
 		good, bad := message('Q', "relayed"), message('Q', "tampered")
 		recs := s.record(t, good)
 		n := len(recs)
@@ -307,8 +321,8 @@ func TestLoopTLSTamperedRecord(t *testing.T) {
 // Regression guard for TLSConn.Read, which stops reading a turn once it
 // counts every whole record decrypted.
 func TestLoopTLSManyRecordsOneReceive(t *testing.T) {
-	loopIOs(t, func(t *testing.T, lp *Loop) {
-		s := enterTLSSession(t, lp)
+	tlsLoops(t, func(t *testing.T, lp *Loop, own bool) {
+		s := enterTLSSession(t, lp, own)
 		var recs, plain []byte
 		for i := range 5 {
 			m := message('Q', strings.Repeat(string(rune('a'+i)), 10+i*100))

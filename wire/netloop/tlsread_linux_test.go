@@ -36,7 +36,7 @@ func newReadTest(t *testing.T, maxVersion uint16) *readTest {
 	srvCfg, clCfg := testTLS(t)
 	srvCfg = srvCfg.Clone()
 	srvCfg.MinVersion, srvCfg.MaxVersion = tls.VersionTLS12, maxVersion
-	_, tc, capc, cl := shakeHands(t, srvCfg, clCfg)
+	_, tc, capc, cl := shakeHands(t, srvCfg, clCfg, false)
 	src := &chunkSource{}
 	tc.t.setSrc(src, true)
 	return &readTest{tc: tc, cap: capc, cl: cl, src: src}
