@@ -22,33 +22,49 @@ import (
 // stand-in server answers BindComplete, DataRow, CommandComplete,
 // ReadyForQuery, and the client reads the answer before the next.
 // Allocations are per round trip (the loop thread included): 0 in
-// plaintext. With TLS, crypto/tls allocates its reader of the socket
-// (readFromUntil's atLeastReader) at each read of the transport: once
-// per batch and side in the loop, not per message (docs/tls-loop.md,
-// "Allocations"), so 2 of the proxy's; the test's own TLS client and
-// server count 2 more.
+// plaintext. With TLS (1.3, the proxy's own records on both sides) the
+// proxy allocates nothing either; the test's client and server are
+// crypto/tls's, which allocates its reader of the socket
+// (readFromUntil's atLeastReader) at each read: 2 per round trip, theirs
+// (TestTLSRelayAllocatesNothing gives them the proxy's records: 0).
 func BenchmarkRelayLoop(b *testing.B) {
 	for _, io := range []string{"epoll", "io_uring"} {
 		b.Run(io, func(b *testing.B) {
 			if io == "io_uring" && netloop.URingAvailable() != nil {
 				testenv.CannotRun(b, "io_uring is not available: %v", netloop.URingAvailable())
 			}
-			runTracked(b, func(b *testing.B, track bool) { benchRelayLoop(b, io, track, false) })
+			runTracked(b, func(b *testing.B, track bool) { benchRelayLoop(b, io, track, plainPeers) })
 			b.Run("tls", func(b *testing.B) {
-				runTracked(b, func(b *testing.B, track bool) { benchRelayLoop(b, io, track, true) })
+				runTracked(b, func(b *testing.B, track bool) { benchRelayLoop(b, io, track, cryptoTLSPeers) })
 			})
 		})
 	}
 }
 
+// relayPeers is what the benchmark's client and stand-in server speak.
+type relayPeers int
+
+const (
+	plainPeers     relayPeers = iota
+	cryptoTLSPeers            // TLS through crypto/tls
+	ownTLSPeers               // TLS through netloop.TLSConn (the proxy's records)
+)
+
 // tlsPairs puts TLS on both sides of a benchmark session: the client's
 // connection to the proxy (in), the proxy's to the server (out). It
-// returns the test's ends, shaken hands.
-func tlsPairs(b testing.TB, client, in, out, server net.Conn) (c, i, o, s net.Conn) {
+// returns the test's ends, shaken hands; own makes them netloop.TLSConns.
+func tlsPairs(b testing.TB, client, in, out, server net.Conn, own bool) (c, i, o, s net.Conn) {
 	cfg := selfSigned(b)
 	cl := &tls.Config{InsecureSkipVerify: true}
-	tc, ti := tls.Client(client, cl), netloop.TLSServer(in, cfg)
-	to, ts := netloop.TLSClient(out, cl), tls.Server(server, cfg)
+	ti, to := netloop.TLSServer(in, cfg), netloop.TLSClient(out, cl)
+	var tc, ts interface {
+		net.Conn
+		Handshake() error
+	}
+	tc, ts = tls.Client(client, cl), tls.Server(server, cfg)
+	if own {
+		tc, ts = netloop.TLSClient(client, cl), netloop.TLSServer(server, cfg)
+	}
 	errs := make(chan error, 2)
 	go func() { errs <- tc.Handshake() }()
 	go func() { errs <- ts.Handshake() }()
@@ -57,17 +73,22 @@ func tlsPairs(b testing.TB, client, in, out, server net.Conn) (c, i, o, s net.Co
 			b.Fatal(err)
 		}
 	}
+	for _, c := range []*netloop.TLSConn{ti, to} {
+		if c.RecordLayer() != "own TLS 1.3" {
+			b.Fatalf("record layer %s, want the proxy's own", c.RecordLayer())
+		}
+	}
 	return tc, ti, to, ts
 }
 
-func benchRelayLoop(b *testing.B, loopIO string, track, withTLS bool) {
+func benchRelayLoop(b *testing.B, loopIO string, track bool, peers relayPeers) {
 	request := encodeAll(&pgproto3.Bind{Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	answer := encodeAll(&pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("42")}},
 		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 	client, in := netloop.SocketPair(b)
 	out, server := netloop.SocketPair(b)
-	if withTLS {
-		client, in, out, server = tlsPairs(b, client, in, out, server)
+	if peers != plainPeers {
+		client, in, out, server = tlsPairs(b, client, in, out, server, peers == ownTLSPeers)
 	}
 	cfg := Config{Upstream: Upstream{Address: "unused"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), EventLoops: 1, EventLoopIO: loopIO}
 	if track {
@@ -125,5 +146,26 @@ func benchRelayLoop(b *testing.B, loopIO string, track, withTLS bool) {
 	}
 	if st := srv.Stats(); st.Handovers != 1 {
 		b.Fatalf("%d handovers during the benchmark, want 1 (at the end)", st.Handovers)
+	}
+}
+
+// A session with TLS 1.3 on both sides, relayed by each loop, allocates
+// nothing per round trip: the proxy's records (both sides) and its
+// loop, with a client and a server that use the same records, so that
+// no allocation of crypto/tls's own reading is counted.
+func TestTLSRelayAllocatesNothing(t *testing.T) {
+	for _, io := range []string{"epoll", "io_uring"} {
+		t.Run(io, func(t *testing.T) {
+			if io == "io_uring" && netloop.URingAvailable() != nil {
+				testenv.CannotRun(t, "io_uring is not available: %v", netloop.URingAvailable())
+			}
+			res := testing.Benchmark(func(b *testing.B) { benchRelayLoop(b, io, false, ownTLSPeers) })
+			if res.N == 0 {
+				t.Fatal("the relay failed (the benchmark ran no round trip)")
+			}
+			if a := res.AllocsPerOp(); a != 0 {
+				t.Fatalf("%d allocations per round trip, want 0 (%d round trips)", a, res.N)
+			}
+		})
 	}
 }

@@ -39,8 +39,8 @@ func (ss *session) negotiateTLS() error {
 
 // logTLSPath says, for a session with TLS on either side, what relays its
 // records: "event loop" (it may still need its goroutines at times, as a
-// plaintext session does) or "goroutines" (loops off). Versions and
-// suites only: nothing secret.
+// plaintext session does) or "goroutines" (loops off), and for each TLS
+// side its version, suite and record layer. Nothing secret.
 func (ss *session) logTLSPath(path string) {
 	if !ss.log.Enabled(ss.ctx, slog.LevelDebug) {
 		return
@@ -52,7 +52,13 @@ func (ss *session) logTLSPath(path string) {
 	}{{"client_tls", ss.client}, {"server_tls", ss.server}} {
 		if tc, ok := side.c.(interface{ ConnectionState() tls.ConnectionState }); ok {
 			cs := tc.ConnectionState()
-			attrs = append(attrs, side.key, tls.VersionName(cs.Version)+" "+tls.CipherSuiteName(cs.CipherSuite))
+			v := tls.VersionName(cs.Version) + " " + tls.CipherSuiteName(cs.CipherSuite)
+			if rl, ok := side.c.(interface{ RecordLayer() string }); ok {
+				// netloop.TLSConn: whose record layer seals and opens
+				// (docs/tls-loop.md, "TLS 1.3 records of the proxy's own").
+				v += ", records: " + rl.RecordLayer()
+			}
+			attrs = append(attrs, side.key, v)
 		}
 	}
 	if len(attrs) == 0 {
