@@ -55,6 +55,7 @@ const (
 	maxCiphertext13   = maxPlaintext + 256 // RFC 8446, 5.2
 	maxHandshakeMsg   = 1 << 16            // as crypto/tls
 	maxUselessRecords = 16                 // records in a row without data, as crypto/tls
+	maxWriteRecords   = 4                  // records sealed per write to the Transport (Write)
 
 	msgNewSessionTicket = 4
 	msgKeyUpdate        = 24
@@ -382,7 +383,9 @@ func (r *records13) fail(a uint8) error {
 }
 
 // Write seals p into records of at most 2^14 bytes of plaintext and
-// gives them to the Transport as one write.
+// gives them to the Transport as one write (a batch of a session's
+// buffer); a larger p goes in writes of at most maxWriteRecords records,
+// so that the sealing buffer stays small whatever a client sends.
 func (r *records13) Write(p []byte) (int, error) {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
@@ -392,25 +395,26 @@ func (r *records13) Write(p []byte) (int, error) {
 	if r.closed {
 		return 0, errShutdown
 	}
-	out := r.out[:0]
-	for rest := p; len(rest) > 0; {
-		k := min(len(rest), maxPlaintext)
-		var err error
-		if out, err = r.seal(out, recordTypeAppData, rest[:k]); err != nil {
-			r.werr = err
-			return 0, err
+	sent := 0 // plaintext of the records the Transport took
+	for sent < len(p) {
+		out, n := r.out[:0], sent
+		for recs := 0; n < len(p) && recs < maxWriteRecords; recs++ {
+			k := min(len(p)-n, maxPlaintext)
+			var err error
+			if out, err = r.seal(out, recordTypeAppData, p[n:n+k]); err != nil {
+				r.werr = err
+				return sent, err
+			}
+			n += k
 		}
-		rest = rest[k:]
+		r.out = out[:0]
+		if _, err := r.t.Write(out); err != nil {
+			r.werr = err
+			return sent, err
+		}
+		sent = n
 	}
-	r.out = out[:0]
-	if len(out) == 0 {
-		return 0, nil
-	}
-	if _, err := r.t.Write(out); err != nil {
-		r.werr = err
-		return 0, err
-	}
-	return len(p), nil
+	return sent, nil
 }
 
 // sendLocked seals one record of typ and writes it. wmu held.

@@ -123,3 +123,43 @@ func FuzzRecords13Read(f *testing.F) {
 		}
 	})
 }
+
+// writeCounter counts the writes it takes and keeps what they carry.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
+// A write far larger than a session's buffer (a client's COPY of large
+// rows, written past the bufio.Writer) is sealed and written a few
+// records at a time: the sealing buffer stays about that size, and the
+// records read back whole.
+func TestRecords13LargeWriteInBatches(t *testing.T) {
+	var dst writeCounter
+	wt := &Transport{}
+	wt.setDst(&dst)
+	w := fuzzLayer(t, wt, false)
+	plain := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB: 64 records
+	if n, err := w.Write(plain); n != len(plain) || err != nil {
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	if dst.writes != 64/maxWriteRecords {
+		t.Fatalf("%d writes to the Transport, want %d", dst.writes, 64/maxWriteRecords)
+	}
+	if limit := 2 * maxWriteRecords * (recordHeaderLen + maxPlaintext + 1 + 16); cap(w.out) > limit {
+		t.Fatalf("sealing buffer of %d bytes, want at most %d", cap(w.out), limit)
+	}
+	rt := &Transport{}
+	rt.setSrc(&chunks{stream: dst.Bytes(), size: 5000}, false)
+	rt.setDst(io.Discard)
+	r := fuzzLayer(t, rt, true)
+	got := make([]byte, len(plain))
+	if _, err := io.ReadFull(r, got); err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("read back: %v", err)
+	}
+}
