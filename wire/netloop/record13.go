@@ -230,10 +230,18 @@ func (r *records13) fill() error {
 	case err == io.EOF && r.end > 0:
 		err = io.ErrUnexpectedEOF // EOF in a record; at a record's end it is EOF, as crypto/tls has it
 	}
-	if ne, ok := err.(net.Error); !ok || !ne.Temporary() {
+	if !temporary(err) {
 		r.rerr = err
 	}
 	return err
+}
+
+// temporary reports whether a read error leaves the connection usable,
+// as crypto/tls decides it: the error says it is temporary (netloop's
+// would-block, a deadline).
+func temporary(err error) bool {
+	t, ok := err.(interface{ Temporary() bool })
+	return ok && t.Temporary()
 }
 
 // openNext opens the next record if the input holds it whole: its
@@ -475,8 +483,7 @@ func (k *trafficKeys) opensAt(rec []byte, seq uint64) bool {
 	if len(rec) < recordHeaderLen {
 		return false
 	}
-	var nonce [12]byte
-	nonce = k.iv
+	nonce := k.iv
 	for i := range 8 {
 		nonce[4+i] ^= byte(seq >> (56 - 8*i))
 	}
