@@ -54,20 +54,33 @@ func (l *secretLog) secrets() (client, server []byte) {
 // withSecretLog returns a copy of cfg whose handshakes log to l, and so
 // does each configuration its GetConfigForClient returns.
 func withSecretLog(cfg *tls.Config, l *secretLog) *tls.Config {
-	c := cfg.Clone()
-	l.next, c.KeyLogWriter = cfg.KeyLogWriter, l
+	c := loggingCopy(cfg, l)
 	if get := cfg.GetConfigForClient; get != nil {
 		c.GetConfigForClient = func(chi *tls.ClientHelloInfo) (*tls.Config, error) {
 			cc, err := get(chi)
 			if cc == nil || err != nil {
 				return cc, err
 			}
-			cc = cc.Clone()
-			l.mu.Lock()
-			l.next, cc.KeyLogWriter = cc.KeyLogWriter, l
-			l.mu.Unlock()
-			return cc, nil
+			return loggingCopy(cc, l), nil
 		}
+	}
+	return c
+}
+
+// loggingCopy returns a copy of cfg whose KeyLogWriter is l (which passes
+// every line on to cfg's). A server's session tickets stay cfg's: a copy
+// would make ticket keys of its own, and no ticket would resume a
+// session on another connection.
+func loggingCopy(cfg *tls.Config, l *secretLog) *tls.Config {
+	c := cfg.Clone()
+	l.mu.Lock()
+	l.next, c.KeyLogWriter = cfg.KeyLogWriter, l
+	l.mu.Unlock()
+	if c.WrapSession == nil {
+		c.WrapSession = cfg.EncryptTicket
+	}
+	if c.UnwrapSession == nil {
+		c.UnwrapSession = cfg.DecryptTicket
 	}
 	return c
 }
