@@ -38,6 +38,10 @@ type records13 struct {
 	pt, ptEnd, next, end int
 	hand                 []byte // a post-handshake message not yet whole
 	rerr                 error  // sticky: every later read returns it
+	// useless counts the records and post-handshake messages in a row
+	// that brought no data, across reads (a peer may send them in every
+	// batch), as crypto/tls does.
+	useless int
 
 	wmu    sync.Mutex
 	wr     trafficKeys
@@ -61,6 +65,7 @@ const (
 	msgKeyUpdate        = 24
 
 	alertCloseNotify       = 0
+	alertUserCanceled      = 90
 	alertUnexpectedMessage = 10
 	alertBadRecordMAC      = 20
 	alertRecordOverflow    = 22
@@ -171,7 +176,7 @@ func (r *records13) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, useless := 0, 0
+	n := 0
 	for {
 		if r.pt < r.ptEnd {
 			k := copy(p[n:], r.in[r.pt:r.ptEnd])
@@ -192,11 +197,6 @@ func (r *records13) Read(p []byte) (int, error) {
 			continue
 		}
 		if opened {
-			if r.pt < r.ptEnd {
-				useless = 0
-			} else if useless++; useless > maxUselessRecords && n == 0 {
-				r.rerr = r.fail(alertUnexpectedMessage)
-			}
 			continue
 		}
 		if n > 0 {
@@ -273,6 +273,10 @@ func (r *records13) openNext() (bool, error) {
 	if err != nil {
 		return false, r.fail(alertBadRecordMAC)
 	}
+	if len(plain) > maxPlaintext+1 {
+		// The inner plaintext, padding included (RFC 8446, 5.4).
+		return false, r.fail(alertRecordOverflow)
+	}
 	start := r.next + recordHeaderLen
 	r.next += recordHeaderLen + length
 	// The inner plaintext: content, its type, zeros.
@@ -284,17 +288,24 @@ func (r *records13) openNext() (bool, error) {
 		return false, r.fail(alertUnexpectedMessage)
 	}
 	typ, plain := plain[i], plain[:i]
-	if len(plain) > maxPlaintext {
-		return false, r.fail(alertRecordOverflow)
-	}
 	if len(r.hand) > 0 && typ != recordTypeHandshake {
 		return false, r.fail(alertUnexpectedMessage) // a message cut by a record of another type
 	}
 	switch typ {
 	case recordTypeAppData:
 		r.pt, r.ptEnd = start, start+len(plain)
-		return true, nil
+		if len(plain) > 0 {
+			r.useless = 0
+			return true, nil
+		}
+		return true, r.noData()
 	case recordTypeAlert:
+		if len(plain) == 2 && plain[1] == alertUserCanceled {
+			// TLS 1.3 keeps no warning alert but this one, which some
+			// stacks send before close_notify: dropped, as crypto/tls
+			// does.
+			return true, r.noData()
+		}
 		return false, r.alert(plain)
 	case recordTypeHandshake:
 		if len(plain) == 0 {
@@ -303,6 +314,15 @@ func (r *records13) openNext() (bool, error) {
 		return true, r.handshake(plain)
 	}
 	return false, r.fail(alertUnexpectedMessage)
+}
+
+// noData counts a record or message that brought no data, and fails
+// past maxUselessRecords in a row.
+func (r *records13) noData() error {
+	if r.useless++; r.useless > maxUselessRecords {
+		return r.fail(alertUnexpectedMessage)
+	}
+	return nil
 }
 
 // alert handles an alert from the peer: close_notify is end of input,
@@ -332,6 +352,9 @@ func (r *records13) handshake(b []byte) error {
 			return nil
 		}
 		msg := r.hand[:4+n]
+		if err := r.noData(); err != nil {
+			return err
+		}
 		switch msg[0] {
 		case msgNewSessionTicket:
 			if r.server {
@@ -458,6 +481,21 @@ func (r *records13) seal(out []byte, typ byte, p []byte) ([]byte, error) {
 func (r *records13) closeNotify() error {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
+	return r.closeNotifyHeld()
+}
+
+// closeNotifyIfIdle is closeNotify for Close: with a write in progress
+// (Close is breaking it off) nothing is sent, as crypto/tls does.
+func (r *records13) closeNotifyIfIdle() error {
+	if !r.wmu.TryLock() {
+		return nil
+	}
+	defer r.wmu.Unlock()
+	return r.closeNotifyHeld()
+}
+
+// closeNotifyHeld is closeNotify with wmu held.
+func (r *records13) closeNotifyHeld() error {
 	if r.closed {
 		return nil
 	}

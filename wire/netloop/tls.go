@@ -25,11 +25,17 @@ type TLSConn struct {
 
 	server       bool
 	keys         *secretLog
-	shaken       atomic.Bool // the handshake ended and switchRecords ran
-	noOwnRecords bool        // tests: keep the tls.Conn's records
+	noOwnRecords bool // tests: keep the tls.Conn's records
+
+	// hsMu holds off a second handshake until the first one's switch is
+	// done; shaken (under hsMu) says it is. ready is set after it: own
+	// and layer, written by switchRecords before, are read only once
+	// ready is seen.
+	hsMu   sync.Mutex
+	shaken bool
+	ready  atomic.Bool
 	// own is the record layer after the switch, nil when the tls.Conn's
-	// stays; set with layer by switchRecords before the connection is
-	// shared.
+	// stays.
 	own   *records13
 	layer string
 }
@@ -58,15 +64,31 @@ func newTLSConn(tc *tls.Conn, t *Transport, keys *secretLog, server bool) *TLSCo
 }
 
 // HandshakeContext runs the handshake (crypto/tls's), then moves the
-// connection to its own records when it can (switchRecords).
+// connection to its own records when it can (switchRecords). A Read or
+// Write before it runs it the same way, as crypto/tls would.
 func (c *TLSConn) HandshakeContext(ctx context.Context) error {
+	c.hsMu.Lock()
+	defer c.hsMu.Unlock()
 	if err := c.Conn.HandshakeContext(ctx); err != nil {
 		return err
 	}
-	if c.shaken.CompareAndSwap(false, true) {
+	if !c.shaken {
+		c.shaken = true
 		c.switchRecords()
+		c.ready.Store(true)
 	}
 	return nil
+}
+
+// records returns the connection's own record layer, nil when the
+// tls.Conn's stays, once the handshake ran (it runs it if not).
+func (c *TLSConn) records() (*records13, error) {
+	if !c.ready.Load() {
+		if err := c.HandshakeContext(context.Background()); err != nil {
+			return nil, err
+		}
+	}
+	return c.own, nil
 }
 
 // Handshake is HandshakeContext without a context.
@@ -75,7 +97,7 @@ func (c *TLSConn) Handshake() error { return c.HandshakeContext(context.Backgrou
 // RecordLayer says what seals and opens the connection's records after
 // its handshake: "own TLS 1.3" or "crypto/tls".
 func (c *TLSConn) RecordLayer() string {
-	if c.layer == "" {
+	if !c.ready.Load() || c.layer == "" {
 		return "crypto/tls"
 	}
 	return c.layer
@@ -84,26 +106,32 @@ func (c *TLSConn) RecordLayer() string {
 // Write writes plaintext p: sealed by the connection's own records after
 // the switch, by the tls.Conn otherwise.
 func (c *TLSConn) Write(p []byte) (int, error) {
-	if c.own != nil {
-		return c.own.Write(p)
+	r, err := c.records()
+	if err != nil {
+		return 0, err
+	}
+	if r != nil {
+		return r.Write(p)
 	}
 	return c.Conn.Write(p)
 }
 
 // CloseWrite sends close_notify.
 func (c *TLSConn) CloseWrite() error {
-	if c.own != nil {
+	if c.ready.Load() && c.own != nil {
 		return c.own.closeNotify()
 	}
 	return c.Conn.CloseWrite()
 }
 
-// Close sends close_notify and closes the socket.
+// Close sends close_notify and closes the socket. As with crypto/tls, a
+// Close during a Write (to break it off) or before the handshake ended
+// closes the socket alone.
 func (c *TLSConn) Close() error {
-	if c.own == nil {
+	if !c.ready.Load() || c.own == nil {
 		return c.Conn.Close()
 	}
-	nerr := c.own.closeNotify()
+	nerr := c.own.closeNotifyIfIdle()
 	if err := c.t.Close(); err != nil {
 		return err
 	}
@@ -121,17 +149,18 @@ func (c *TLSConn) Close() error {
 // readFromUntil) on the way. That saves one allocation per turn and
 // side (docs/tls-loop.md, "Allocations").
 func (c *TLSConn) Read(p []byte) (int, error) {
-	if c.own != nil {
-		return c.own.Read(p)
+	r, err := c.records()
+	if err != nil {
+		return 0, err
+	}
+	if r != nil {
+		return r.Read(p)
 	}
 	if len(p) > 0 && c.rs.empty && c.t.inLoop && c.t.drained {
 		return 0, errWouldBlock
 	}
 	n, err := c.Conn.Read(p)
 	c.rs.update(n, len(p), err, &c.t.rc)
-	if n > 0 {
-		c.t.exact = false // a handshake made by a read: no switch
-	}
 	return n, err
 }
 
@@ -413,8 +442,12 @@ func (t *Transport) SetWriteDeadline(d time.Time) error { return t.rawConn().Set
 type recordWriter struct{ c *TLSConn }
 
 func (w *recordWriter) Write(p []byte) (int, error) {
-	if w.c.own != nil {
-		return w.c.own.Write(p) // one write already
+	r, err := w.c.records()
+	if err != nil {
+		return 0, err
+	}
+	if r != nil {
+		return r.Write(p) // one write already
 	}
 	t := w.c.t
 	t.wmu.Lock()
