@@ -141,13 +141,14 @@ func (c *TLSConn) Close() error {
 	return nil
 }
 
-// Read reads plaintext from the tls.Conn. In a loop, once the Transport
-// has read the socket for this turn and the tls.Conn is known to hold
-// neither plaintext nor a whole record, it returns errWouldBlock at once:
-// the tls.Conn would only have reached the Transport for the same
-// answer, allocating the reader it passes it (crypto/tls's
-// readFromUntil) on the way. That saves one allocation per turn and
-// side (docs/tls-loop.md, "Allocations").
+// Read reads plaintext: from the connection's own records after the
+// switch (records13.Read), otherwise from the tls.Conn. From the
+// tls.Conn: in a loop, once the Transport has read the socket for this
+// turn and the tls.Conn is known to hold neither plaintext nor a whole
+// record, it returns errWouldBlock at once: the tls.Conn would only have
+// reached the Transport for the same answer, allocating the reader it
+// passes it (crypto/tls's readFromUntil) on the way. That saves one
+// allocation per turn and side (docs/tls-loop.md, "Allocations").
 func (c *TLSConn) Read(p []byte) (int, error) {
 	r, err := c.records()
 	if err != nil {

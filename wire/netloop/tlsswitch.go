@@ -115,8 +115,8 @@ func (w *handshakeWrites) note(p []byte) {
 
 // switchRecords moves c, whose handshake just ended, to records13 when
 // it can, and says which record layer the connection uses from now on.
-// It runs once, on the handshake's goroutine, before the connection is
-// read or written by anyone else.
+// It runs once, under hsMu, before ready is set: no read or write of the
+// connection goes on before it is done (TLSConn.records).
 func (c *TLSConn) switchRecords() {
 	t := c.t
 	t.wmu.Lock()
