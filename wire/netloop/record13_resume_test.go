@@ -24,14 +24,7 @@ func TestTLSServerResumesSessions(t *testing.T) {
 			for i, wantResumed := range []bool{false, true} {
 				a, b := SocketPair(t)
 				proxy, peer := TLSServer(a, srv), tls.Client(b, cl)
-				done := make(chan error, 1)
-				go func() { done <- peer.Handshake() }()
-				if err := proxy.Handshake(); err != nil {
-					t.Fatal(err)
-				}
-				if err := <-done; err != nil {
-					t.Fatal(err)
-				}
+				shakeBoth(t, proxy.Handshake, peer.Handshake)
 				_ = b.SetDeadline(time.Now().Add(20 * time.Second))
 				// The client takes the ticket in with the first record
 				// it reads.

@@ -96,20 +96,27 @@ func newRecords13Pair(t *testing.T, proxyIsServer, tickets, clientCert bool, fir
 			t.Fatal("first: only a peer that is the client sends with its Finished")
 		}
 	}
-	done := make(chan error, 1)
-	go func() { done <- peerShake() }()
-	if err := p.proxy.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	shakeBoth(t, p.proxy.Handshake, peerShake)
 	if p.proxy.RecordLayer() != "own TLS 1.3" {
 		t.Fatalf("record layer %q, want own TLS 1.3", p.proxy.RecordLayer())
 	}
 	_ = a.SetDeadline(time.Now().Add(20 * time.Second))
 	_ = b.SetDeadline(time.Now().Add(20 * time.Second))
 	return &p
+}
+
+// shakeBoth runs the peer's handshake on another goroutine and the
+// proxy's on this one, and fails the test if either fails.
+func shakeBoth(t *testing.T, proxy, peer func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- peer() }()
+	if err := proxy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // readFull reads len(want) bytes from r and compares.
@@ -244,14 +251,7 @@ func TestRecords13AnswersKeyUpdate(t *testing.T) {
 	cl := &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"}
 	a, b := SocketPair(t)
 	proxy, peer := TLSServer(a, srv), TLSClient(b, cl)
-	done := make(chan error, 1)
-	go func() { done <- peer.Handshake() }()
-	if err := proxy.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	shakeBoth(t, proxy.Handshake, peer.Handshake)
 	_ = a.SetDeadline(time.Now().Add(20 * time.Second))
 	_ = b.SetDeadline(time.Now().Add(20 * time.Second))
 	for i := range 3 {

@@ -74,14 +74,7 @@ func shakeHands(t *testing.T, srvCfg, clCfg *tls.Config, own bool) (raw net.Conn
 	tc.noOwnRecords = !own
 	capc = &captureConn{Conn: raw}
 	client = tls.Client(capc, clCfg)
-	done := make(chan error, 1)
-	go func() { done <- client.Handshake() }()
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	shakeBoth(t, tc.Handshake, client.Handshake)
 	if want := map[bool]string{true: "own TLS 1.3", false: "crypto/tls"}[own]; tc.RecordLayer() != want {
 		t.Fatalf("record layer %q, want %q", tc.RecordLayer(), want)
 	}
