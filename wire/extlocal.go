@@ -44,8 +44,8 @@ type localGroup struct {
 func scanLocalGroup(b []byte) (g localGroup, ok bool) {
 	typ, body, rest, ok := pgmsg.Split(b)
 	if ok && typ == pgmsg.TypeDescribe {
-		d, ok := pgmsg.ReadDescribe(body)
-		if !ok || d.Kind != 'P' || len(d.Name) != 0 {
+		d, dok := pgmsg.ReadDescribe(body)
+		if !dok || d.Kind != 'P' || len(d.Name) != 0 {
 			return g, false
 		}
 		g.describe = true
