@@ -130,14 +130,20 @@ func (k *trafficKeys) nextNonce() ([]byte, error) {
 	if k.spent {
 		return nil, errSeqExhaust
 	}
-	k.nonce = k.iv
-	for i := range 8 {
-		k.nonce[4+i] ^= byte(k.seq >> (56 - 8*i))
-	}
+	k.nonce = k.nonceAt(k.seq)
 	if k.seq++; k.seq == 0 {
 		k.spent = true
 	}
 	return k.nonce[:], nil
+}
+
+// nonceAt is the nonce of the record with sequence number seq.
+func (k *trafficKeys) nonceAt(seq uint64) [12]byte {
+	nonce := k.iv
+	for i := range 8 {
+		nonce[4+i] ^= byte(seq >> (56 - 8*i))
+	}
+	return nonce
 }
 
 // expandLabel is HKDF-Expand-Label with an empty context (RFC 8446, 7.1).
@@ -521,10 +527,7 @@ func (k *trafficKeys) opensAt(rec []byte, seq uint64) bool {
 	if len(rec) < recordHeaderLen {
 		return false
 	}
-	nonce := k.iv
-	for i := range 8 {
-		nonce[4+i] ^= byte(seq >> (56 - 8*i))
-	}
+	nonce := k.nonceAt(seq)
 	body := slices.Clone(rec[recordHeaderLen:])
 	_, err := k.aead.Open(body[:0], nonce[:], body, rec[:recordHeaderLen])
 	return err == nil

@@ -300,7 +300,7 @@ func TestRecords13RefusesBadRecords(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The record the peer would send next, spoiled on the way.
-			rec := peerRecord(t, p, []byte("a record that must not be read"))
+			rec := sealAsPeer(t, p, recordTypeAppData, []byte("a record that must not be read"))
 			if _, err := p.peer.NetConn().Write(c.spoil(rec)); err != nil {
 				t.Fatal(err)
 			}
@@ -319,18 +319,4 @@ func TestRecords13RefusesBadRecords(t *testing.T) {
 			}
 		})
 	}
-}
-
-// peerRecord seals plaintext as p's peer would send it next, with the
-// peer's writing key: the key the proxy reads with, at its next
-// sequence number (a copy of the proxy's reading keys).
-func peerRecord(t *testing.T, p *records13Pair, plain []byte) []byte {
-	t.Helper()
-	w := &records13{}
-	w.wr = p.proxy.own.rd
-	out, err := w.seal(nil, recordTypeAppData, plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
