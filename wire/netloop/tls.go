@@ -231,6 +231,11 @@ func (rc *recordCounter) clip(p []byte) []byte {
 	return p[:min(len(p), n)]
 }
 
+// stop ends the count for good, as a broken stream does: once the
+// connection's own records read the Transport nothing asks for it, and
+// feed returns at once.
+func (rc *recordCounter) stop() { rc.broken = true }
+
 func (rc *recordCounter) feed(b []byte) {
 	for len(b) > 0 && !rc.broken {
 		if rc.hn < recordHeaderLen {

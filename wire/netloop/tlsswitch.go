@@ -156,4 +156,5 @@ func (c *TLSConn) switchRecords() {
 		return
 	}
 	c.own, c.layer = r, "own TLS 1.3"
+	t.rc.stop() // only TLSConn.Read's tls.Conn path uses the count
 }
