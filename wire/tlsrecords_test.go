@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"crypto/tls"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -43,12 +44,14 @@ func TestTLSRecordLayers(t *testing.T) {
 					exchangeAllSizes(t, c, sv.name)
 					checkTLSRelay(t, p, base, logs)
 					for side, want := range map[string]string{"client_tls": cv.layer, "server_tls": sv.layer} {
+						attr := regexp.MustCompile(side + `="(TLS [^"]*)"`)
+						var m []string
 						waitUntil(t, "the log line of the session's relay", func() bool {
-							return strings.Contains(logs.String(), side+`="TLS `)
+							m = attr.FindStringSubmatch(logs.String())
+							return m != nil
 						})
-						line := logs.String()[strings.Index(logs.String(), side+`="TLS `):]
-						if line = line[:strings.IndexByte(line[len(side)+2:], '"')+len(side)+2]; !strings.HasSuffix(line, "records: "+want) {
-							t.Fatalf("%s: %s, want records: %s", side, line, want)
+						if !strings.HasSuffix(m[1], "records: "+want) {
+							t.Fatalf("%s: %s, want records: %s", side, m[1], want)
 						}
 					}
 				})
