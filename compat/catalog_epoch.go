@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/snowflake-proxy/snowflake-proxy/generator"
 )
 
 // Catalog epochs: how sessions learn about DDL made elsewhere.
@@ -63,10 +65,11 @@ const (
 	epochDrainWait = time.Millisecond
 )
 
-// makeBlocksSQL makes missing per-row blocks, waiting at most a second for
-// a lock (a role that may setval the sequence holding it in an open
-// transaction).
-const makeBlocksSQL = `SELECT snowflake._blocks_all()
+// makeBlocksSQL makes missing per-row blocks for the node $1 (NULL: the
+// proxy has none) and those the database's settings name, waiting at most a
+// second for a lock (a role that may setval the sequence holding it in an
+// open transaction).
+const makeBlocksSQL = `SELECT snowflake._blocks_all($1::pg_catalog.int4)
 	FROM (SELECT pg_catalog.set_config('lock_timeout', '1s', true)) AS timeout`
 
 // eventTriggersSQL counts the shim's enabled event triggers.
@@ -293,7 +296,11 @@ func (w *catalogWatch) makeBlocks(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(w.s.ctx, epochQueryTimeout)
 	defer cancel()
 	var made int
-	err := conn.QueryRow(ctx, makeBlocksSQL).Scan(&made)
+	var node *int
+	if n := w.s.cfg.Node; n >= 1 && n <= generator.MaxNode {
+		node = &n
+	}
+	err := conn.QueryRow(ctx, makeBlocksSQL, node).Scan(&made)
 	switch {
 	case err != nil && !w.blocksLogged:
 		w.blocksLogged = true

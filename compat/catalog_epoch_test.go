@@ -131,13 +131,16 @@ func TestCatalogWatchMakesBlocks(t *testing.T) {
 			url := newDB(t)
 			cfg, _ := pgx.ParseConfig(url)
 			db := cfg.Database
-			s := newService(t, url, 0, nil)
+			s := newService(t, url, 4, nil)
 			c := connect(t, url)
 			install := extSQL(t, plan.CreateExtension, nil)
 			if !triggers {
 				install = strings.Replace(install, "IF v_super THEN", "IF false THEN", 1)
 			}
 			mustExec(t, c, install)
+			// Blocks are made for the proxy's node (4) and for those the
+			// database's settings name (7).
+			mustExec(t, c, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET snowflake.node = 7")
 			var e0 uint64
 			if triggers {
 				e0 = waitEpoch(t, s, db, "arming", func(e uint64) bool { return e != 0 })
@@ -167,9 +170,11 @@ func TestCatalogWatchMakesBlocks(t *testing.T) {
 			waitChecks(t, s, db, watchChecks(s, db), checks)
 			oid := seqOID(t, c, "s2")
 			for _, name := range []string{"_blk_", "_blkd_"} {
-				if queryInt(t, c, "SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)",
-					fmt.Sprintf("snowflake.%s%d", name, oid)) != 1 {
-					t.Fatalf("no snowflake.%s%d after two checks", name, oid)
+				for _, node := range []int{4, 7} {
+					if queryInt(t, c, "SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)",
+						fmt.Sprintf("snowflake.%s%d_%d", name, oid, node)) != 1 {
+						t.Fatalf("no snowflake.%s%d_%d after two checks", name, oid, node)
+					}
 				}
 			}
 			if triggers {

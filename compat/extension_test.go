@@ -131,8 +131,9 @@ func TestAlterExtension(t *testing.T) {
 	alter := func(o *plan.ExtensionOptions) string { return extSQL(t, plan.AlterExtension, o) }
 	wantErr(t, pgErr(t, c, alter(nil)), "42704", `extension "snowflake" does not exist`)
 
-	install(t, c)
+	// The install makes id_seq's blocks for the session's node.
 	mustExec(t, c, "SET snowflake.node = 2")
+	install(t, c)
 	id := queryInt(t, c, "SELECT snowflake.nextval()")
 	mustExec(t, c, "CREATE TABLE t (id bigint DEFAULT snowflake.nextval())")
 	mustExec(t, c, alter(nil))
@@ -207,7 +208,7 @@ func TestShimObjectsIgnoreDefaultPrivileges(t *testing.T) {
 	})
 	install(t, c)
 	mustExec(t, c, "CREATE SEQUENCE s")
-	mustExec(t, c, "SELECT snowflake._blocks('s')")
+	mustExec(t, c, "SELECT snowflake._blocks('s', 3)")
 	mustExec(t, c, "SELECT * FROM snowflake._lease('s', 3, 0, 0, 0)")
 	check := func(when string) {
 		t.Helper()
@@ -243,7 +244,7 @@ func TestShimObjectsIgnoreDefaultPrivileges(t *testing.T) {
 	for fn, want := range map[string]bool{
 		"snowflake._lease(regclass, integer, bigint, bigint, bigint)": false,
 		"snowflake._release(regclass, integer, bigint, bigint)":       false,
-		"snowflake._blocks(regclass)":                                 false,
+		"snowflake._blocks(regclass, integer)":                        false,
 		"snowflake.nextval(regclass)":                                 true,
 	} {
 		if got := queryInt(t, c, "SELECT has_function_privilege($1, $2, 'EXECUTE')::int", role, fn) == 1; got != want {

@@ -92,7 +92,7 @@ func TestFenceHonorsSetval(t *testing.T) {
 func TestSetvalDuringALeaseStands(t *testing.T) {
 	t.Parallel()
 	url, c, _, _ := shimDB(t)
-	mustExec(t, c, "SELECT snowflake._blocks('s')") // the lease's only CREATE SEQUENCE is then H's
+	mustExec(t, c, "SELECT snowflake._blocks('s', 3)") // the lease's only CREATE SEQUENCE is then H's
 	holder := connect(t, url)
 	mustExec(t, holder, "BEGIN")
 	var vxid string

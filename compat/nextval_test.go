@@ -345,8 +345,8 @@ func TestDefaultSequenceOnlyUsableByPublic(t *testing.T) {
 	mustExec(t, c, "GRANT UPDATE ON SEQUENCE writable TO "+role)
 	far := (future() + 864_000_000) << 12
 	wantErr(t, pgErr(t, r, "SELECT hi_pos FROM snowflake._lease('writable', 3, 0, 0, 0)"), "42501", "permission denied for function _lease")
-	wantErr(t, pgErr(t, r, "SELECT snowflake._blocks('writable')"), "42501", "permission denied for function _blocks")
-	if n := queryInt(t, r, "SELECT snowflake._blocks_all()"); n != 0 {
+	wantErr(t, pgErr(t, r, "SELECT snowflake._blocks('writable', 3)"), "42501", "permission denied for function _blocks")
+	if n := queryInt(t, r, "SELECT snowflake._blocks_all(3)"); n != 0 {
 		t.Fatalf("_blocks_all made %d blocks for a role without EXECUTE on _blocks", n)
 	}
 	mustExec(t, c, "GRANT EXECUTE ON FUNCTION snowflake._lease(regclass, integer, bigint, bigint, bigint), snowflake._release(regclass, integer, bigint, bigint) TO "+role)

@@ -198,12 +198,15 @@ func TestChaos(t *testing.T) {
 	if len(inTable) == 0 || len(all) == len(inTable) || inserted == 0 {
 		t.Fatalf("%d rows, %d ids: the run proves nothing", len(inTable), len(all))
 	}
-	// The per-row calls ran with cs's blocks there (docs/state-model.md,
-	// "Blocks"): every ID of the locked path, and of a block, moves B.
-	var drawn bool
-	if err := check.QueryRow(context.Background(), `SELECT pg_sequence_last_value(
-		format('snowflake._blk_%s', 'cs'::regclass::oid)::regclass) IS NOT NULL`).Scan(&drawn); err != nil || !drawn {
-		t.Fatalf("the per-row path ran without cs's blocks (%v)", err)
+	// The per-row calls ran with cs's blocks of both nodes there
+	// (docs/state-model.md, "Blocks"): every ID of the locked path, and of
+	// a block, moves the node's B.
+	for _, node := range []int{5, 6} {
+		var drawn bool
+		if err := check.QueryRow(context.Background(), `SELECT pg_sequence_last_value(
+			format('snowflake._blk_%s_%s', 'cs'::regclass::oid, $1::int)::regclass) IS NOT NULL`, node).Scan(&drawn); err != nil || !drawn {
+			t.Fatalf("node %d's per-row calls ran without cs's blocks (%v)", node, err)
+		}
 	}
 	t.Logf("%d ids (%d rows), all distinct; %d statements failed during the outages", len(all), len(inTable), errs)
 }

@@ -16,7 +16,7 @@ BEGIN
     -- role can act as).
     IF current_setting('snowflake._blocks_ddl', true) = 'on'
        AND current_user = (SELECT pg_get_userbyid(p.proowner) FROM pg_proc p
-                           WHERE p.oid = to_regprocedure('snowflake._blocks(regclass)')) THEN
+                           WHERE p.oid = to_regprocedure('snowflake._blocks(regclass, integer)')) THEN
         RETURN;
     END IF;
     -- DROP commands report no rows here (sql_drop has them): notify.

@@ -278,8 +278,8 @@ BEGIN
                 USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
         END IF;
 
-        -- H, the top of this node's leases, and B and R, the blocks of the
-        -- per-row path (docs/state-model.md, "Blocks"). to_regclass answers
+        -- H, the top of this node's leases, and B and R, this node's blocks
+        -- of the per-row path (docs/state-model.md, "Blocks"). to_regclass answers
         -- from the catalog caches, which a transaction that already holds
         -- all its locks does not refresh: it can miss an H or a B created
         -- since (and a call must not issue one ID above a live block that
@@ -291,19 +291,19 @@ BEGIN
         -- remembers the count it checked, so this costs one lookup per new
         -- H or B, and nothing in a database where none was ever made.
         hw := to_regclass('snowflake.' || hwname);
-        bk := to_regclass('snowflake._blk_' || seq::oid::text);
+        bk := to_regclass('snowflake._blk_' || seq::oid::text || '_' || node::text);
         IF hw IS NULL OR bk IS NULL THEN
             made := pg_sequence_last_value('snowflake._hw_count'::regclass);
             seen := 'snowflake._hw_seen_' || seq::oid::text || '_' || node::text;
             IF made IS NOT NULL AND current_setting(seen, true) IS DISTINCT FROM made::text THEN
                 BEGIN
                     EXECUTE 'SELECT FROM snowflake.'
-                        || CASE WHEN hw IS NULL THEN hwname ELSE '_blk_' || seq::oid::text END;
+                        || CASE WHEN hw IS NULL THEN hwname ELSE '_blk_' || seq::oid::text || '_' || node::text END;
                 EXCEPTION WHEN undefined_table THEN
                     NULL;
                 END;
                 hw := to_regclass('snowflake.' || hwname);
-                bk := to_regclass('snowflake._blk_' || seq::oid::text);
+                bk := to_regclass('snowflake._blk_' || seq::oid::text || '_' || node::text);
                 IF hw IS NULL OR bk IS NULL THEN
                     memo := made::text;
                 END IF;
@@ -314,7 +314,7 @@ BEGIN
             top := (((top >> 22) & 2199023255551) << 12) | (top & 4095);
         END IF;
         IF bk IS NOT NULL THEN
-            bd := to_regclass('snowflake._blkd_' || seq::oid::text);
+            bd := to_regclass('snowflake._blkd_' || seq::oid::text || '_' || node::text);
         END IF;
         IF bd IS NOT NULL THEN
             -- R: the live block's start, NULL while none is (a lease ended
@@ -387,8 +387,8 @@ BEGIN
             IF bd IS NOT NULL AND prm.increment = 1 THEN
                 -- A new block [cnt, cnt + 1023], issued here as its top,
                 -- unless it would lie below R, the highest block made so far
-                -- (another node's, in the same millisecond): B must not go
-                -- back below a block a call may still hold R of. Nor more
+                -- (S set into the past below a block dated ahead): B must not
+                -- go back below a block a call may still hold R of. Nor more
                 -- than 5 ms ahead of the clock: a block takes the rest of
                 -- its millisecond's counts, so blocks made one after the
                 -- other (two nodes in turn, or more calls than counts)
@@ -453,9 +453,8 @@ BEGIN
                 -- after it lie above every block, so no call takes them.
                 done := setval(bk, v, true);
             ELSIF bk IS NOT NULL THEN
-                -- Below R (a lower node's ID in the millisecond of another
-                -- node's live block, or S set into the past below a block
-                -- dated ahead) B and R stay. B's session value, if any, is
+                -- Below R (S set into the past below a block dated ahead)
+                -- B and R stay. B's session value, if any, is
                 -- then older than v but may be larger (a draw refused just
                 -- before): noted, so that currval passes over it until the
                 -- session draws from B again (_blk_currval; regression).
@@ -475,7 +474,7 @@ BEGIN
         END IF;
     END;
     IF bstale IS NOT NULL THEN
-        PERFORM set_config('snowflake._blk_stale_' || seq::oid::text, bstale, false);
+        PERFORM set_config('snowflake._blk_stale_' || seq::oid::text || '_' || node::text, bstale, false);
     END IF;
     IF memo IS NOT NULL THEN
         PERFORM set_config(seen, memo, false);
@@ -495,26 +494,52 @@ BEGIN
 END
 $fn$;
 
--- _blk and _blkd name B(S) and R(S), the block sequences of the per-row
--- path (docs/state-model.md, "Blocks"), NULL while they do not exist.
--- IMMUTABLE on purpose: with a constant argument (a column default, a
--- literal) the planner evaluates them once and the plan holds the two
--- relations, which makes it depend on them; a plan made before they
--- existed keeps NULL and the slow path until it is made again. PL/pgSQL,
--- not SQL: the planner folds a call by running it, and a SQL function run
+-- _blk and _blkd name B(S,N) and R(S,N), the block sequences of the
+-- per-row path for the session's node N (docs/state-model.md, "Blocks"),
+-- NULL while they do not exist or snowflake.node is no node; _blk_node is
+-- the setting's text they were looked up for. IMMUTABLE on purpose: with a
+-- constant argument (a column default, a literal) the planner evaluates
+-- them once and the plan holds the two relations and the text, which
+-- makes it depend on the relations; a plan made before they existed keeps
+-- NULL and the slow path until it is made again, and a plan made under
+-- another setting fails nextval's comparison of the text. PL/pgSQL, not
+-- SQL: the planner folds a call by running it, and a SQL function run
 -- that way is parsed and planned again at every call (five per planning
 -- of an inlined nextval), where PL/pgSQL keeps its compiled body in the
 -- session. Every name in the body is qualified, as in an inlined one.
+CREATE OR REPLACE FUNCTION snowflake._blk_node() RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $fn$BEGIN
+    RETURN pg_catalog.current_setting('snowflake.node', true);
+END$fn$;
+
+-- _blk_name is the name of seq's block sequence of the kind ('_blk_' or
+-- '_blkd_') for the session's node, NULL when snowflake.node is no node.
+CREATE OR REPLACE FUNCTION snowflake._blk_name(regclass, text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT
+AS $fn$
+DECLARE
+    node text := pg_catalog.current_setting('snowflake.node', true);
+BEGIN
+    IF node OPERATOR(pg_catalog.!~) '^[0-9]{1,4}$'
+       OR node::pg_catalog.int4 OPERATOR(pg_catalog.<) 1 OR node::pg_catalog.int4 OPERATOR(pg_catalog.>) 1023 THEN
+        RETURN NULL;
+    END IF;
+    RETURN 'snowflake.' OPERATOR(pg_catalog.||) $2 OPERATOR(pg_catalog.||) $1::pg_catalog.oid::pg_catalog.text
+        OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) node::pg_catalog.int4::pg_catalog.text;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION snowflake._blk(regclass) RETURNS regclass
 LANGUAGE plpgsql IMMUTABLE STRICT
 AS $fn$BEGIN
-    RETURN pg_catalog.to_regclass('snowflake._blk_' OPERATOR(pg_catalog.||) $1::pg_catalog.oid::pg_catalog.text);
+    RETURN pg_catalog.to_regclass(snowflake._blk_name($1, '_blk_'));
 END$fn$;
 
 CREATE OR REPLACE FUNCTION snowflake._blkd(regclass) RETURNS regclass
 LANGUAGE plpgsql IMMUTABLE STRICT
 AS $fn$BEGIN
-    RETURN pg_catalog.to_regclass('snowflake._blkd_' OPERATOR(pg_catalog.||) $1::pg_catalog.oid::pg_catalog.text);
+    RETURN pg_catalog.to_regclass(snowflake._blk_name($1, '_blkd_'));
 END$fn$;
 
 -- _now_ms was the clock of an earlier nextval; the clock test is now the
@@ -540,99 +565,108 @@ BEGIN
 END
 $fn$;
 
--- nextval takes the next ID of the sequence's live block with native
--- sequence calls when the caller may use the sequence and the block is
--- its node's and not behind the clock, and runs _nextval_slow
+-- nextval takes the next ID of the live block of the sequence and the
+-- session's node with native sequence calls when the caller may use the
+-- sequence, the session's snowflake.node reads as the text the plan was
+-- made for and the block is not behind the clock, and runs _nextval_slow
 -- otherwise (docs/state-model.md, "Blocks"), which checks everything the
 -- extension does and raises its errors. A SQL expression without SET
 -- clauses, not STRICT, so that the planner inlines it: AND stops at its
--- first false operand (no draw without the privilege), and R is read
--- before B is drawn (operands are evaluated left to right). Operators are
--- schema-qualified: an inlined body resolves names in the caller's
--- search_path. The node test compares the ID's node bits with the
--- setting, cast to integer as the extension reads it (its errors for a
--- setting that is not a number). The clock test is floor(now in ms) <=
--- the ID's millisecond, written as now < the start of the ID's next
--- millisecond: to_timestamp of an exact count of ms over 1000 rounds to
--- that instant to the microsecond, and a timestamp comparison costs less
--- than turning the clock into ms. B does not exist for a relation that is
--- not a sequence; the planner folds _blk and _blkd (see above), and NULL
--- sends the call to _nextval_slow. The COALESCE is for a plan that found
--- B but not R (the two are looked up one after the other): the planner
--- folds a strict operator with a NULL operand to NULL, dropping the draw
--- of B, and moves a NULL operand of AND to its end, so the currval(B)
--- after it would run without a draw; false ends the AND instead.
+-- first false operand (no draw without the privilege, nor from another
+-- node's block), and R is read before B is drawn (operands are evaluated
+-- left to right). Operators are schema-qualified: an inlined body
+-- resolves names in the caller's search_path. No test of the ID's node
+-- bits: B(S,N) holds only node N's IDs. The clock test is floor(now in
+-- ms) <= the ID's millisecond, written as now < the start of the ID's
+-- next millisecond: to_timestamp of an exact count of ms over 1000 rounds
+-- to that instant to the microsecond, and a timestamp comparison costs
+-- less than turning the clock into ms. B does not exist for a relation
+-- that is not a sequence; the planner folds _blk, _blkd and _blk_node
+-- (see above), and NULL sends the call to _nextval_slow. The COALESCE is
+-- for a plan that found B but not R (the two are looked up one after the
+-- other): the planner folds a strict operator with a NULL operand to
+-- NULL, dropping the draw of B, and moves a NULL operand of AND to its
+-- end, so the currval(B) after it would run without a draw; false ends
+-- the AND instead.
 CREATE OR REPLACE FUNCTION snowflake.nextval(regclass DEFAULT 'snowflake.id_seq'::regclass) RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $fn$SELECT CASE
     WHEN pg_catalog.has_sequence_privilege($1, 'USAGE')
+     AND COALESCE(pg_catalog.current_setting('snowflake.node', true) OPERATOR(pg_catalog.=) snowflake._blk_node(), false)
      AND COALESCE(((OPERATOR(pg_catalog.-) pg_catalog.pg_sequence_last_value(snowflake._blkd($1))
            OPERATOR(pg_catalog.+) pg_catalog.nextval(snowflake._blk($1)))
           OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.=) 0, false)
-     AND ((pg_catalog.currval(snowflake._blk($1)) OPERATOR(pg_catalog.>>) 12) OPERATOR(pg_catalog.&) 1023)
-          OPERATOR(pg_catalog.=) NULLIF(pg_catalog.current_setting('snowflake.node', true), '')::pg_catalog.int4
      AND pg_catalog.clock_timestamp() OPERATOR(pg_catalog.<) pg_catalog.to_timestamp(
           ((pg_catalog.currval(snowflake._blk($1)) OPERATOR(pg_catalog.>>) 22) OPERATOR(pg_catalog.+) 1672531200001)::pg_catalog.float8
           OPERATOR(pg_catalog./) 1000)
     THEN pg_catalog.currval(snowflake._blk($1))
     ELSE snowflake._nextval_slow($1) END$fn$;
 
--- _blk_currval is the session's value of B(seq): the last ID this session
--- took from a block or, while B exists, from the slow path; NULL without.
--- A value drawn and refused by nextval is followed by the slow path, which
+-- _blk_currval is the session's latest value of the B(seq, N) of every
+-- node N (a session may change its node): the last ID this session took
+-- from a block or, while B exists, from the slow path; NULL without. A
+-- value drawn and refused by nextval is followed by the slow path, which
 -- leaves B's session value at the ID it issues, or notes the value stale
--- when it leaves B alone (_issue); when that raises an error (no node, an
--- invalid one) the refused value has another node's bits: only a value of
--- the session's node counts.
+-- when it leaves B alone (_issue). The IDs of a session increase, so the
+-- largest is the latest.
 CREATE OR REPLACE FUNCTION snowflake._blk_currval(seq regclass) RETURNS bigint
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    bk regclass := snowflake._blk(seq);
-    node text := current_setting('snowflake.node', true);
+    b record;
     v bigint;
+    latest bigint;
 BEGIN
-    IF bk IS NULL OR node IS NULL OR node !~ '^[0-9]{1,4}$' THEN
-        RETURN NULL;
-    END IF;
-    v := currval(bk);
-    IF ((v >> 12) & 1023) <> node::integer OR node::integer = 0 THEN
-        RETURN NULL;
-    END IF;
-    -- A slow-path call left B alone after this value (_issue): the ID it
-    -- returned, in the session's currval setting, is the later one.
-    IF v::text = current_setting('snowflake._blk_stale_' || seq::oid::text, true) THEN
-        RETURN NULL;
-    END IF;
-    RETURN v;
-EXCEPTION WHEN object_not_in_prerequisite_state THEN
-    RETURN NULL;
+    FOR b IN SELECT c.oid::regclass AS bk, (regexp_match(c.relname, '_([0-9]+)$'))[1] AS node
+             FROM pg_class c
+             WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
+               AND c.relname ~ ('^_blk_' || seq::oid::text || '_[0-9]+$') LOOP
+        BEGIN
+            v := currval(b.bk);
+        EXCEPTION WHEN object_not_in_prerequisite_state THEN
+            CONTINUE;
+        END;
+        -- A slow-path call left B alone after this value (_issue): the ID
+        -- it returned, in the session's currval setting, is the later one.
+        IF v::text IS DISTINCT FROM current_setting('snowflake._blk_stale_' || seq::oid::text || '_' || b.node, true) THEN
+            latest := greatest(latest, v);
+        END IF;
+    END LOOP;
+    RETURN latest;
 END
 $fn$;
 
--- _blocks makes B(seq) and R(seq) in the caller's transaction, which
--- should commit at once: the proxy calls it on its control connection,
--- _lease in its own. Only a role that may setval seq may: until the
--- commit, others making them wait for it. Advances _hw_count, so that
--- slow-path calls that did not find B look again (_issue). Returns
--- whether it made them.
-CREATE OR REPLACE FUNCTION snowflake._blocks(seq regclass) RETURNS boolean
+-- _blocks makes B(seq, node) and R(seq, node) in the caller's
+-- transaction, which should commit at once: the proxy calls it on its
+-- control connection, _lease in its own. Only a role that may setval seq
+-- may: until the commit, others making them wait for it. R starts where
+-- the sequence's one pair of earlier shims had its last block
+-- (docs/state-model.md, "From one B per sequence to one per node").
+-- Advances _hw_count, so that slow-path calls that did not find B look
+-- again (_issue). Returns whether it made them.
+IF to_regprocedure('snowflake._blocks(regclass)') IS NOT NULL THEN
+    DROP FUNCTION snowflake._blocks(regclass);
+END IF;
+CREATE OR REPLACE FUNCTION snowflake._blocks(seq regclass, node integer) RETURNS boolean
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    bname text := '_blk_' || seq::oid::text || '_' || node::text;
+    dname text := '_blkd_' || seq::oid::text || '_' || node::text;
+    shared regclass;
+    start bigint;
     done bigint;
 BEGIN
-    IF (SELECT c.relkind FROM pg_class c WHERE c.oid = seq) IS DISTINCT FROM 'S' THEN
+    IF (SELECT c.relkind FROM pg_class c WHERE c.oid = seq) IS DISTINCT FROM 'S' OR node NOT BETWEEN 1 AND 1023 THEN
         RETURN false;
     END IF;
     IF NOT has_sequence_privilege(session_user, seq, 'UPDATE') THEN
         RAISE EXCEPTION 'permission denied for sequence %', seq
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF to_regclass('snowflake._blk_' || seq::oid::text) IS NOT NULL
-       AND to_regclass('snowflake._blkd_' || seq::oid::text) IS NOT NULL THEN
+    IF to_regclass('snowflake.' || bname) IS NOT NULL AND to_regclass('snowflake.' || dname) IS NOT NULL THEN
         RETURN false;
     END IF;
     -- No catalog notification for these (events.sql, _ddl_notify): they
@@ -640,12 +674,10 @@ BEGIN
     PERFORM set_config('snowflake._blocks_ddl', 'on', true);
     BEGIN
         -- B cycles: drawing it by hand to its end must not make it fail.
-        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 CYCLE',
-                       '_blk_' || seq::oid::text);
-        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 NO CYCLE',
-                       '_blkd_' || seq::oid::text);
-        PERFORM snowflake._private(('snowflake.' || quote_ident('_blk_' || seq::oid::text))::regclass, 'USAGE');
-        PERFORM snowflake._private(('snowflake.' || quote_ident('_blkd_' || seq::oid::text))::regclass, 'SELECT');
+        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 CYCLE', bname);
+        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 NO CYCLE', dname);
+        PERFORM snowflake._private(('snowflake.' || quote_ident(bname))::regclass, 'USAGE');
+        PERFORM snowflake._private(('snowflake.' || quote_ident(dname))::regclass, 'SELECT');
     EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN
         -- Made at the same time by another caller (a lease and the
         -- proxy's catalog watch), who committed first. duplicate_object:
@@ -655,8 +687,48 @@ BEGIN
         RETURN false;
     END;
     PERFORM set_config('snowflake._blocks_ddl', '', true);
+    shared := to_regclass('snowflake._blkd_' || seq::oid::text);
+    IF shared IS NOT NULL THEN
+        EXECUTE format('SELECT last_value FROM %s', shared) INTO start;
+        IF start > 0 THEN
+            done := setval(('snowflake.' || quote_ident(dname))::regclass, start, false);
+        END IF;
+    END IF;
     done := nextval('snowflake._hw_count');
     RETURN true;
+END
+$fn$;
+
+-- _drop_shared_blocks ends the block of the one pair of block sequences
+-- that shims before per-node blocks kept for the sequence seq_oid (its R
+-- uncalled: a plan still holding the pair calls the slow path) and drops
+-- the pair unless a transaction holds it (a lock timeout: the next call
+-- tries again). For _blocks_all, which a proxy's control role runs; the
+-- pair is the installer's. Any role may call it: the pair serves nothing
+-- any more.
+CREATE OR REPLACE FUNCTION snowflake._drop_shared_blocks(seq_oid oid) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    shared regclass := to_regclass('snowflake._blkd_' || seq_oid::text);
+    live bigint;
+    lt text := current_setting('lock_timeout');
+BEGIN
+    IF shared IS NOT NULL THEN
+        live := pg_sequence_last_value(shared);
+        IF live IS NOT NULL THEN
+            PERFORM setval(shared, live, false);
+        END IF;
+    END IF;
+    BEGIN
+        PERFORM set_config('lock_timeout', '100ms', true);
+        EXECUTE format('DROP SEQUENCE IF EXISTS snowflake.%I, snowflake.%I',
+                       '_blk_' || seq_oid::text, '_blkd_' || seq_oid::text);
+    EXCEPTION WHEN lock_not_available THEN
+        NULL;
+    END;
+    PERFORM set_config('lock_timeout', lt, true);
 END
 $fn$;
 
@@ -680,7 +752,7 @@ BEGIN
     FOR h IN SELECT c.relname FROM pg_class c
              WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
                AND (c.relname LIKE '\_hw\_' || seq_oid::text || '\_%'
-                    OR c.relname IN ('_blk_' || seq_oid::text, '_blkd_' || seq_oid::text)) LOOP
+                    OR c.relname ~ ('^_blkd?_' || seq_oid::text || '(_[0-9]+)?$')) LOOP
         EXECUTE format('DROP SEQUENCE IF EXISTS snowflake.%I', h.relname);
     END LOOP;
 END
@@ -688,19 +760,36 @@ $fn$;
 
 -- _blocks_all makes the blocks of snowflake.id_seq and of every sequence
 -- named in a snowflake.nextval column default that has none and that the
--- caller may setval, and drops those of sequences that are gone; the
--- proxy calls it on its catalog watch. Returns how many it made.
-CREATE OR REPLACE FUNCTION snowflake._blocks_all() RETURNS integer
+-- caller may setval, for node (the proxy's; NULL: none), the session's
+-- snowflake.node and every node the database's or a role's settings give
+-- it (docs/state-model.md, "Blocks"); it drops those of sequences that are
+-- gone, and the one pair per sequence of earlier shims. The proxy calls it
+-- on its catalog watch. Returns how many pairs it made.
+IF to_regprocedure('snowflake._blocks_all()') IS NOT NULL THEN
+    DROP FUNCTION snowflake._blocks_all();
+END IF;
+CREATE OR REPLACE FUNCTION snowflake._blocks_all(node integer) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     r record;
+    nodes integer[];
+    m integer;
     n integer := 0;
 BEGIN
-    IF NOT has_function_privilege('snowflake._blocks(regclass)', 'EXECUTE') THEN
+    IF NOT has_function_privilege('snowflake._blocks(regclass, integer)', 'EXECUTE') THEN
         RETURN 0; -- not a proxy's role (see "Privileges" below)
     END IF;
+    SELECT array_agg(DISTINCT x.m) INTO nodes
+    FROM (SELECT node AS m
+          UNION ALL
+          SELECT substring(current_setting('snowflake.node', true) FROM '^[0-9]{1,4}$')::integer
+          UNION ALL
+          SELECT substring(cfg FROM '^snowflake\.node=([0-9]{1,4})$')::integer
+          FROM pg_db_role_setting d, unnest(d.setconfig) AS cfg
+          WHERE d.setdatabase IN (0, (SELECT b.oid FROM pg_database b WHERE b.datname = current_database()))) x
+    WHERE x.m BETWEEN 1 AND 1023;
     FOR r IN
         SELECT DISTINCT s.oid::regclass AS seq
         FROM pg_depend f
@@ -712,8 +801,12 @@ BEGIN
         UNION
         SELECT 'snowflake.id_seq'::regclass
     LOOP
-        IF has_sequence_privilege(session_user, r.seq, 'UPDATE') AND snowflake._blocks(r.seq) THEN
-            n := n + 1;
+        IF has_sequence_privilege(session_user, r.seq, 'UPDATE') THEN
+            FOREACH m IN ARRAY coalesce(nodes, '{}') LOOP
+                IF snowflake._blocks(r.seq, m) THEN
+                    n := n + 1;
+                END IF;
+            END LOOP;
         END IF;
     END LOOP;
     -- Block and H sequences of sequences that no longer exist: the drop
@@ -729,6 +822,14 @@ BEGIN
         IF NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = r.o) THEN
             PERFORM snowflake._drop_leftovers(r.o);
         END IF;
+    END LOOP;
+    FOR r IN
+        SELECT DISTINCT (regexp_match(c.relname, '^_blkd?_([0-9]+)$'))[1]::oid AS o
+        FROM pg_class c
+        WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
+          AND c.relname ~ '^_blkd?_[0-9]+$'
+    LOOP
+        PERFORM snowflake._drop_shared_blocks(r.o);
     END LOOP;
     RETURN n;
 END
@@ -846,7 +947,7 @@ DECLARE
     ident text;
     hwname text := '_hw_' || seq::oid::text || '_' || node::text;
     hw regclass;
-    bd regclass;
+    bd record;
     cmt text;
     older text;
     raise_s boolean := false;
@@ -859,6 +960,7 @@ DECLARE
     live bigint;
     blk_start bigint;
     blk_pos bigint;
+    blk_top bigint := 0;
     done bigint;
 BEGIN
     SELECT c.relkind, c.relname, quote_ident(n.nspname) || '.' || quote_ident(c.relname)
@@ -897,20 +999,39 @@ BEGIN
     END IF;
     -- No block made before this lease is used after it (docs/state-model.md,
     -- "Blocks"): a session that gets a fast-path ID from it and then calls
-    -- the shim must get a larger ID, and the next block lies above H. The
-    -- blocks of a sequence the proxy leases are made here, committed with
-    -- the lease.
-    bd := snowflake._blkd(seq);
-    IF bd IS NOT NULL THEN
+    -- the shim must get a larger ID, and the next block lies above H. That
+    -- holds for the blocks of every node, as a session may change its
+    -- node, and for the one pair of an earlier shim (_drop_shared_blocks).
+    -- The blocks of a sequence the proxy leases are made here, committed
+    -- with the lease.
+    FOR bd IN SELECT c.oid::regclass AS r
+              FROM pg_class c
+              WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
+                AND c.relname ~ ('^_blkd_' || seq::oid::text || '(_[0-9]+)?$') LOOP
         -- The live block ends: R keeps its value, the highest block's
         -- start, which no later jump may go below, but reads as NULL.
-        live := pg_sequence_last_value(bd);
+        live := pg_sequence_last_value(bd.r);
         IF live IS NOT NULL THEN
-            done := setval(bd, live, false);
+            done := setval(bd.r, live, false);
         END IF;
-        EXECUTE format('SELECT last_value FROM %s', bd) INTO blk_start;
-    ELSIF has_sequence_privilege(session_user, seq, 'UPDATE') THEN
-        PERFORM snowflake._blocks(seq);
+        EXECUTE format('SELECT last_value FROM %s', bd.r) INTO blk_start;
+        -- Every ID given from a block lies at or below its top: for the
+        -- lease's node, the block's last count; for another's (or the
+        -- earlier shim's, where the ID's node bits tell), the end of its
+        -- millisecond.
+        IF blk_start > 0 THEN
+            blk_pos := ((blk_start >> 22) & 2199023255551) << 12;
+            IF ((blk_start >> 12) & 1023) = node THEN
+                blk_pos := blk_pos + least((blk_start & 4095) + 1023, 4095);
+            ELSE
+                blk_pos := blk_pos | 4095;
+            END IF;
+            blk_top := greatest(blk_top, blk_pos);
+        END IF;
+    END LOOP;
+    IF to_regclass('snowflake._blkd_' || seq::oid::text || '_' || node::text) IS NULL
+       AND has_sequence_privilege(session_user, seq, 'UPDATE') THEN
+        PERFORM snowflake._blocks(seq, node);
     END IF;
     -- A sequence narrower than a snowflake is widened as the 2.5.0 repair
     -- widens it, here where the change is committed at once (in a
@@ -990,24 +1111,16 @@ BEGIN
         PERFORM snowflake._store(seq, ((s_pos >> 12) << 22) | (node::bigint << 12) | (s_pos & 4095));
     END IF;
 
-    -- Every ID given from a block lies at or below the last block's top
-    -- (blocks only grow): for another node's block, the end of its
-    -- millisecond. S holds that too, but ALTER SEQUENCE ... RESTART or a
-    -- setval into the past lowers S and not R; a session fenced after it
-    -- took IDs from a block would get smaller ones from the fast path
+    -- Every ID given from a block lies at or below blk_top, the highest
+    -- top of the blocks above (each R holds its node's last block, and
+    -- blocks only grow). S holds that too, but ALTER SEQUENCE ... RESTART
+    -- or a setval into the past lowers S and not R; a session fenced after
+    -- it took IDs from a block would get smaller ones from the fast path
     -- (docs/state-model.md, rule 5). The floor takes both, and S is raised
     -- to it, as the proxy takes its floor as held by S.
-    IF blk_start > 0 THEN
-        blk_pos := ((blk_start >> 22) & 2199023255551) << 12;
-        IF ((blk_start >> 12) & 1023) = node THEN
-            blk_pos := blk_pos + least((blk_start & 4095) + 1023, 4095);
-        ELSE
-            blk_pos := blk_pos | 4095;
-        END IF;
-        IF blk_pos > s_pos THEN
-            s_pos := blk_pos;
-            PERFORM snowflake._store(seq, ((s_pos >> 12) << 22) | (node::bigint << 12) | (s_pos & 4095));
-        END IF;
+    IF blk_top > s_pos THEN
+        s_pos := blk_top;
+        PERFORM snowflake._store(seq, ((s_pos >> 12) << 22) | (node::bigint << 12) | (s_pos & 4095));
     END IF;
 
     lo_pos := h_pos;
@@ -1324,7 +1437,7 @@ GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA snowflake TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._narrow_put(bigint), snowflake._narrow_note(regclass),
     snowflake._s_pos(regclass), snowflake._store(regclass, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._lease(regclass, integer, bigint, bigint, bigint),
-    snowflake._release(regclass, integer, bigint, bigint), snowflake._blocks(regclass),
+    snowflake._release(regclass, integer, bigint, bigint), snowflake._blocks(regclass, integer),
     snowflake._private(regclass, text) FROM PUBLIC;
 -- The shim's own tables and sequences are the installer's alone, whatever
 -- its default privileges gave others (_private); PUBLIC keeps what the
@@ -1338,4 +1451,4 @@ WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind IN ('r', 'S')
   AND c.relname NOT IN ('id_seq', '_claims');
 -- Blocks of id_seq and of the defaults that exist (an install, or an update
 -- from a shim without blocks). Not where the caller may not make them.
-PERFORM snowflake._blocks_all();
+PERFORM snowflake._blocks_all(NULL);
