@@ -621,6 +621,7 @@ BEGIN
     FOR b IN SELECT c.oid::regclass AS bk, (regexp_match(c.relname, '_([0-9]+)$'))[1] AS node
              FROM pg_class c
              WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
+               AND c.relname LIKE '\_blk\_' || seq::oid::text || '\_%'
                AND c.relname ~ ('^_blk_' || seq::oid::text || '_[0-9]+$') LOOP
         BEGIN
             v := currval(b.bk);
@@ -752,7 +753,7 @@ BEGIN
     FOR h IN SELECT c.relname FROM pg_class c
              WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
                AND (c.relname LIKE '\_hw\_' || seq_oid::text || '\_%'
-                    OR c.relname ~ ('^_blkd?_' || seq_oid::text || '(_[0-9]+)?$')) LOOP
+                    OR (c.relname LIKE '\_blk%' AND c.relname ~ ('^_blkd?_' || seq_oid::text || '(_[0-9]+)?$'))) LOOP
         EXECUTE format('DROP SEQUENCE IF EXISTS snowflake.%I', h.relname);
     END LOOP;
 END
@@ -1007,6 +1008,7 @@ BEGIN
     FOR bd IN SELECT c.oid::regclass AS r
               FROM pg_class c
               WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
+                AND c.relname LIKE '\_blkd\_' || seq::oid::text || '%'
                 AND c.relname ~ ('^_blkd_' || seq::oid::text || '(_[0-9]+)?$') LOOP
         -- The live block ends: R keeps its value, the highest block's
         -- start, which no later jump may go below, but reads as NULL.
