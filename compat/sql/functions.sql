@@ -813,24 +813,21 @@ BEGIN
     -- Block and H sequences of sequences that no longer exist: the drop
     -- trigger removes them, but only a superuser's install has it, and no
     -- trigger fires when a session's temporary sequences go with it (whose
-    -- defaults this made blocks for).
+    -- defaults this made blocks for). Of those that exist, the pair of an
+    -- earlier shim (shared: no node in the name).
     FOR r IN
-        SELECT DISTINCT (regexp_match(c.relname, '^_(?:blk|blkd|hw)_([0-9]+)'))[1]::oid AS o
+        SELECT (regexp_match(c.relname, '^_(?:blk|blkd|hw)_([0-9]+)'))[1]::oid AS o,
+               bool_or(c.relname ~ '^_blkd?_[0-9]+$') AS shared
         FROM pg_class c
         WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
           AND c.relname ~ '^_(blk|blkd|hw)_[0-9]+'
+        GROUP BY 1
     LOOP
         IF NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = r.o) THEN
             PERFORM snowflake._drop_leftovers(r.o);
+        ELSIF r.shared THEN
+            PERFORM snowflake._drop_shared_blocks(r.o);
         END IF;
-    END LOOP;
-    FOR r IN
-        SELECT DISTINCT (regexp_match(c.relname, '^_blkd?_([0-9]+)$'))[1]::oid AS o
-        FROM pg_class c
-        WHERE c.relnamespace = 'snowflake'::regnamespace AND c.relkind = 'S'
-          AND c.relname ~ '^_blkd?_[0-9]+$'
-    LOOP
-        PERFORM snowflake._drop_shared_blocks(r.o);
     END LOOP;
     RETURN n;
 END
