@@ -822,3 +822,47 @@ func TestSharedBlocksOfEarlierShimsEnded(t *testing.T) {
 			generator.Decode(ids[0]), generator.Decode(r), called, generator.Decode(d+1023))
 	}
 }
+
+// Blocks made while a session's transaction runs: its slow-path calls
+// find them once they are committed (each call's sub-block takes the lock
+// anew, which processes catalog invalidations), also when a call looked for
+// them while they were not yet committed and _hw_count had already moved.
+// Were a call to miss B, it would issue one ID above a live block, and the
+// session's next statement, planned with B, would draw a smaller one.
+func TestSlowPathSeesBlocksMadeMeanwhile(t *testing.T) {
+	t.Parallel()
+	url, c, _, oid := shimDB(t)
+	q := connect(t, url)
+	mustExec(t, q, "SET snowflake.node = 5")
+	// Planned before the blocks exist: its calls always run the slow path.
+	mustExec(t, q, "PREPARE before_blocks AS SELECT snowflake.nextval('s')")
+	var ids []int64
+	mustExec(t, q, "BEGIN")
+	ids = append(ids, queryInt(t, q, "EXECUTE before_blocks"))
+
+	maker := connect(t, url)
+	mustExec(t, maker, "BEGIN")
+	mustExec(t, maker, "SELECT snowflake._blocks('s', 5)")
+	second := make(chan int64, 1)
+	go func() {
+		var id int64
+		if err := q.QueryRow(context.Background(), "EXECUTE before_blocks").Scan(&id); err != nil {
+			t.Error(err)
+		}
+		second <- id
+	}()
+	mustExec(t, maker, "COMMIT")
+	ids = append(ids, <-second)
+	if t.Failed() {
+		t.FailNow()
+	}
+	// A live block a minute ahead, S at its top, as a call of another
+	// session leaves them.
+	d := queryInt(t, c, fmt.Sprintf("SELECT ((%s + 60000) << 22) | (5 << 12)", serverMsSQL))
+	mustExec(t, c, fmt.Sprintf("SELECT setval('snowflake._blk_%d_5', %d), setval('snowflake._blkd_%d_5', %d), setval('s', %d)",
+		oid, d, oid, d, d+1023))
+	ids = append(ids, queryInt(t, q, "EXECUTE before_blocks"))
+	mustExec(t, q, "COMMIT")
+	ids = append(ids, queryInt(t, q, "SELECT snowflake.nextval('s')"))
+	increasing(t, "one session's calls", ids, 5)
+}
