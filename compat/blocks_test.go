@@ -823,46 +823,42 @@ func TestSharedBlocksOfEarlierShimsEnded(t *testing.T) {
 	}
 }
 
-// Blocks made while a session's transaction runs: its slow-path calls
-// find them once they are committed (each call's sub-block takes the lock
-// anew, which processes catalog invalidations), also when a call looked for
-// them while they were not yet committed and _hw_count had already moved.
-// Were a call to miss B, it would issue one ID above a live block, and the
-// session's next statement, planned with B, would draw a smaller one.
-func TestSlowPathSeesBlocksMadeMeanwhile(t *testing.T) {
+// Regression (TestUniquenessUnderConcurrencyAcrossARestart, once in a
+// full CI run: a direct client's per-row ID below the one before it, in
+// one statement): _blocks made B and R without the lock. Its commit is
+// visible to others before its catalog invalidations are sent; in that
+// window a session whose caches held B's name as missing did not find B
+// (nor, looking again by name, the pending messages) while another
+// session's call had already made the first block, and issued one ID
+// above that live block, which its next call then drew from. _blocks now
+// holds the lock until its commit: a slow-path call waits, here until its
+// lock_timeout, and goes on only after the invalidations are out.
+func TestBlocksMadeUnderTheLock(t *testing.T) {
 	t.Parallel()
 	url, c, _, oid := shimDB(t)
 	q := connect(t, url)
 	mustExec(t, q, "SET snowflake.node = 5")
 	// Planned before the blocks exist: its calls always run the slow path.
 	mustExec(t, q, "PREPARE before_blocks AS SELECT snowflake.nextval('s')")
-	var ids []int64
-	mustExec(t, q, "BEGIN")
-	ids = append(ids, queryInt(t, q, "EXECUTE before_blocks"))
+	ids := []int64{queryInt(t, q, "EXECUTE before_blocks")}
 
 	maker := connect(t, url)
 	mustExec(t, maker, "BEGIN")
 	mustExec(t, maker, "SELECT snowflake._blocks('s', 5)")
-	second := make(chan int64, 1)
-	go func() {
-		var id int64
-		if err := q.QueryRow(context.Background(), "EXECUTE before_blocks").Scan(&id); err != nil {
-			t.Error(err)
-		}
-		second <- id
-	}()
+	mustExec(t, q, "SET lock_timeout = '200ms'")
+	wantErr(t, pgErr(t, q, "EXECUTE before_blocks"), "55P03", "canceling statement due to lock timeout")
 	mustExec(t, maker, "COMMIT")
-	ids = append(ids, <-second)
-	if t.Failed() {
-		t.FailNow()
-	}
+	mustExec(t, q, "RESET lock_timeout")
+
 	// A live block a minute ahead, S at its top, as a call of another
-	// session leaves them.
+	// session leaves them; the session's calls, with the slow path and
+	// planned with the blocks, take their IDs from it.
 	d := queryInt(t, c, fmt.Sprintf("SELECT ((%s + 60000) << 22) | (5 << 12)", serverMsSQL))
 	mustExec(t, c, fmt.Sprintf("SELECT setval('snowflake._blk_%d_5', %d), setval('snowflake._blkd_%d_5', %d), setval('s', %d)",
 		oid, d, oid, d, d+1023))
-	ids = append(ids, queryInt(t, q, "EXECUTE before_blocks"))
-	mustExec(t, q, "COMMIT")
-	ids = append(ids, queryInt(t, q, "SELECT snowflake.nextval('s')"))
+	ids = append(ids, queryInt(t, q, "EXECUTE before_blocks"), queryInt(t, q, "SELECT snowflake.nextval('s')"))
 	increasing(t, "one session's calls", ids, 5)
+	if ids[1] <= d || ids[2] > d+1023 {
+		t.Fatalf("IDs %v and %v, want both from the block at %v", generator.Decode(ids[1]), generator.Decode(ids[2]), generator.Decode(d))
+	}
 }

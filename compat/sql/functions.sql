@@ -645,7 +645,14 @@ $fn$;
 -- the sequence's one pair of earlier shims had its last block
 -- (docs/state-model.md, "From one B per sequence to one per node").
 -- Advances _hw_count, so that slow-path calls that did not find B look
--- again (_issue). Returns whether it made them.
+-- again (_issue), and holds the lock until the commit, as _lease does for
+-- H: a commit is visible to others before its catalog invalidations are
+-- sent, and in that window a session whose caches hold B's name as
+-- missing did not find it, while calls of other sessions already drew
+-- from its first block, and issued one ID above that live block; its next
+-- statement, planned with B, drew a smaller one (regression). A call
+-- waiting for the lock goes on only after the invalidations are out.
+-- Returns whether it made them.
 IF to_regprocedure('snowflake._blocks(regclass)') IS NOT NULL THEN
     DROP FUNCTION snowflake._blocks(regclass);
 END IF;
@@ -659,6 +666,7 @@ DECLARE
     shared regclass;
     start bigint;
     done bigint;
+    in_window boolean;
 BEGIN
     IF (SELECT c.relkind FROM pg_class c WHERE c.oid = seq) IS DISTINCT FROM 'S' OR node NOT BETWEEN 1 AND 1023 THEN
         RETURN false;
@@ -670,6 +678,11 @@ BEGIN
     IF to_regclass('snowflake.' || bname) IS NOT NULL AND to_regclass('snowflake.' || dname) IS NOT NULL THEN
         RETURN false;
     END IF;
+    in_window := coalesce(pg_sequence_last_value('snowflake._lock_window_open'::regclass), 1) <> 0;
+    IF in_window THEN
+        PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
+    END IF;
+    PERFORM FROM snowflake._locks l WHERE l.slot = (seq::oid::bigint % 1024)::integer FOR UPDATE;
     -- No catalog notification for these (events.sql, _ddl_notify): they
     -- change nothing the proxies cache.
     PERFORM set_config('snowflake._blocks_ddl', 'on', true);
