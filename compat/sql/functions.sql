@@ -804,16 +804,21 @@ BEGIN
           FROM pg_db_role_setting d, unnest(d.setconfig) AS cfg
           WHERE d.setdatabase IN (0, (SELECT b.oid FROM pg_database b WHERE b.datname = current_database()))) x
     WHERE x.m BETWEEN 1 AND 1023;
+    -- In the order of the lock rows (_blocks takes each sequence's), so
+    -- that two callers making blocks at once (two proxies' watches) cannot
+    -- deadlock.
     FOR r IN
-        SELECT DISTINCT s.oid::regclass AS seq
-        FROM pg_depend f
-        JOIN pg_depend q ON q.classid = f.classid AND q.objid = f.objid
-        JOIN pg_class s ON s.oid = q.refobjid AND s.relkind = 'S'
-        WHERE f.classid = 'pg_attrdef'::regclass AND f.refclassid = 'pg_proc'::regclass
-          AND f.refobjid = 'snowflake.nextval(regclass)'::regprocedure
-          AND q.refclassid = 'pg_class'::regclass
-        UNION
-        SELECT 'snowflake.id_seq'::regclass
+        SELECT x.seq FROM (
+            SELECT s.oid::regclass AS seq
+            FROM pg_depend f
+            JOIN pg_depend q ON q.classid = f.classid AND q.objid = f.objid
+            JOIN pg_class s ON s.oid = q.refobjid AND s.relkind = 'S'
+            WHERE f.classid = 'pg_attrdef'::regclass AND f.refclassid = 'pg_proc'::regclass
+              AND f.refobjid = 'snowflake.nextval(regclass)'::regprocedure
+              AND q.refclassid = 'pg_class'::regclass
+            UNION
+            SELECT 'snowflake.id_seq'::regclass) x
+        ORDER BY x.seq::oid::bigint % 1024, x.seq::oid
     LOOP
         IF has_sequence_privilege(session_user, r.seq, 'UPDATE') THEN
             FOREACH m IN ARRAY coalesce(nodes, '{}') LOOP
