@@ -189,7 +189,8 @@ func TestSnapshotBeforeInstallRetries(t *testing.T) {
 
 // A restore of the schema without its data leaves snowflake._locks
 // without rows: the shim then refuses to issue without its lock (an
-// internal error whose hint names the repair), the window does not close
+// internal error whose hint names the repair), makes no blocks without it
+// either (regression: _blocks went on unlocked), the window does not close
 // while rows are missing, and ALTER EXTENSION snowflake UPDATE makes them
 // again and opens the window, as running transactions may not see them.
 func TestLockRowsRemadeByUpdate(t *testing.T) {
@@ -201,6 +202,10 @@ func TestLockRowsRemadeByUpdate(t *testing.T) {
 	pe := pgErr(t, c, "SELECT snowflake.nextval('s')")
 	if pe.Code != "XX000" || pe.Hint != "ALTER EXTENSION snowflake UPDATE makes the rows." {
 		t.Fatalf("nextval without the lock's rows: %s %q hint %q", pe.Code, pe.Message, pe.Hint)
+	}
+	pe = pgErr(t, c, "SELECT snowflake._blocks('s', 1)")
+	if pe.Code != "XX000" || pe.Hint != "ALTER EXTENSION snowflake UPDATE makes the rows." {
+		t.Fatalf("_blocks without the lock's rows: %s %q hint %q", pe.Code, pe.Message, pe.Hint)
 	}
 	mustExec(t, c, "SELECT setval('snowflake._lock_window_open', 1)")
 	other := connect(t, url)

@@ -683,6 +683,10 @@ BEGIN
         PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
     END IF;
     PERFORM FROM snowflake._locks l WHERE l.slot = (seq::oid::bigint % 1024)::integer FOR UPDATE;
+    IF NOT FOUND AND NOT in_window THEN
+        RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
+            USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
+    END IF;
     -- No catalog notification for these (events.sql, _ddl_notify): they
     -- change nothing the proxies cache.
     PERFORM set_config('snowflake._blocks_ddl', 'on', true);
