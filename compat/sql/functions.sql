@@ -166,6 +166,31 @@ BEGIN
 END
 $fn$;
 
+-- _seq_lock takes seq's lock (sql/locks.sql) until the caller's commit,
+-- while the window is open the advisory lock of the earlier code first,
+-- and returns whether the window is open; without the lock's row it raises
+-- the error whose hint names the repair. For _lease and _blocks, which run
+-- as the installer.
+CREATE OR REPLACE FUNCTION snowflake._seq_lock(seq regclass) RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    in_window boolean;
+BEGIN
+    in_window := coalesce(pg_sequence_last_value('snowflake._lock_window_open'::regclass), 1) <> 0;
+    IF in_window THEN
+        PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
+    END IF;
+    PERFORM FROM snowflake._locks l WHERE l.slot = (seq::oid::bigint % 1024)::integer FOR UPDATE;
+    IF NOT FOUND AND NOT in_window THEN
+        RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
+            USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
+    END IF;
+    RETURN in_window;
+END
+$fn$;
+
 -- _issue is the writing half of nextval: it runs as the installer, because
 -- the built-in nextval needs only USAGE on the sequence while the shim must
 -- setval it. It re-checks everything itself, so calling it directly grants
@@ -666,7 +691,6 @@ DECLARE
     shared regclass;
     start bigint;
     done bigint;
-    in_window boolean;
 BEGIN
     IF (SELECT c.relkind FROM pg_class c WHERE c.oid = seq) IS DISTINCT FROM 'S' OR node NOT BETWEEN 1 AND 1023 THEN
         RETURN false;
@@ -678,15 +702,7 @@ BEGIN
     IF to_regclass('snowflake.' || bname) IS NOT NULL AND to_regclass('snowflake.' || dname) IS NOT NULL THEN
         RETURN false;
     END IF;
-    in_window := coalesce(pg_sequence_last_value('snowflake._lock_window_open'::regclass), 1) <> 0;
-    IF in_window THEN
-        PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
-    END IF;
-    PERFORM FROM snowflake._locks l WHERE l.slot = (seq::oid::bigint % 1024)::integer FOR UPDATE;
-    IF NOT FOUND AND NOT in_window THEN
-        RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
-            USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
-    END IF;
+    PERFORM snowflake._seq_lock(seq);
     -- No catalog notification for these (events.sql, _ddl_notify): they
     -- change nothing the proxies cache.
     PERFORM set_config('snowflake._blocks_ddl', 'on', true);
@@ -1008,15 +1024,7 @@ BEGIN
     END IF;
 
     -- The lock (sql/locks.sql), held until the commit.
-    in_window := coalesce(pg_sequence_last_value('snowflake._lock_window_open'::regclass), 1) <> 0;
-    IF in_window THEN
-        PERFORM pg_advisory_xact_lock(91560112816128 | seq::oid::bigint);
-    END IF;
-    PERFORM FROM snowflake._locks l WHERE l.slot = (seq::oid::bigint % 1024)::integer FOR UPDATE;
-    IF NOT FOUND AND NOT in_window THEN
-        RAISE EXCEPTION 'snowflake._locks has no row %', seq::oid::bigint % 1024
-            USING ERRCODE = 'internal_error', HINT = 'ALTER EXTENSION snowflake UPDATE makes the rows.';
-    END IF;
+    in_window := snowflake._seq_lock(seq);
     -- No block made before this lease is used after it (docs/state-model.md,
     -- "Blocks"): a session that gets a fast-path ID from it and then calls
     -- the shim must get a larger ID, and the next block lies above H. That
@@ -1456,7 +1464,7 @@ REVOKE SELECT, UPDATE ON SEQUENCE snowflake.id_seq FROM PUBLIC;
 GRANT USAGE ON SEQUENCE snowflake.id_seq TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA snowflake TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._narrow_put(bigint), snowflake._narrow_note(regclass),
-    snowflake._s_pos(regclass), snowflake._store(regclass, bigint) FROM PUBLIC;
+    snowflake._s_pos(regclass), snowflake._store(regclass, bigint), snowflake._seq_lock(regclass) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._lease(regclass, integer, bigint, bigint, bigint),
     snowflake._release(regclass, integer, bigint, bigint), snowflake._blocks(regclass, integer),
     snowflake._private(regclass, text) FROM PUBLIC;
