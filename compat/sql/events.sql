@@ -10,6 +10,8 @@ CREATE OR REPLACE FUNCTION snowflake._ddl_notify() RETURNS event_trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    r record;
 BEGIN
     -- The GRANTs of _blocks on the block sequences it makes, which name no
     -- object here: skipped while it runs (as the installer, whom no other
@@ -27,6 +29,40 @@ BEGIN
                                   OR c.object_identity LIKE 'snowflake.\_blk\_%'
                                   OR c.object_identity LIKE 'snowflake.\_blkd\_%'))) THEN
         PERFORM pg_notify('snowflake_proxy_catalog', tg_tag);
+    END IF;
+    -- The per-row blocks of the sequences that a snowflake.nextval default
+    -- of a table this command made or changed names, made here so that the
+    -- next statement is planned with them (docs/state-model.md, "Blocks
+    -- made with the DDL"), for the session's node and those the
+    -- database's settings name. An optimisation: any failure leaves it to
+    -- the proxy's catalog watch.
+    IF EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands() c
+               WHERE c.classid = 'pg_class'::regclass AND c.object_type = 'table') THEN
+        BEGIN
+            FOR r IN
+                SELECT DISTINCT q.refobjid::regclass AS seq, x.m AS node
+                FROM pg_event_trigger_ddl_commands() c
+                JOIN pg_attrdef a ON a.adrelid = c.objid
+                JOIN pg_depend f ON f.classid = 'pg_attrdef'::regclass AND f.objid = a.oid
+                     AND f.refclassid = 'pg_proc'::regclass
+                     AND f.refobjid = 'snowflake.nextval(regclass)'::regprocedure
+                JOIN pg_depend q ON q.classid = f.classid AND q.objid = f.objid
+                     AND q.refclassid = 'pg_class'::regclass
+                JOIN pg_class s ON s.oid = q.refobjid AND s.relkind = 'S',
+                LATERAL (SELECT substring(current_setting('snowflake.node', true) FROM '^[0-9]{1,4}$')::integer AS m
+                         UNION
+                         SELECT substring(cfg FROM '^snowflake\.node=([0-9]{1,4})$')::integer
+                         FROM pg_db_role_setting d, unnest(d.setconfig) AS cfg
+                         WHERE d.setdatabase IN (0, (SELECT b.oid FROM pg_database b
+                                                     WHERE b.datname = current_database()))) x
+                WHERE c.classid = 'pg_class'::regclass AND c.object_type = 'table'
+                  AND x.m BETWEEN 1 AND 1023
+            LOOP
+                PERFORM snowflake._blocks_at_ddl(r.seq, r.node);
+            END LOOP;
+        EXCEPTION WHEN OTHERS THEN
+            NULL;
+        END;
     END IF;
 END
 $fn$;

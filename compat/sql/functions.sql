@@ -350,6 +350,17 @@ BEGIN
             IF rmax IS NULL THEN
                 EXECUTE format('SELECT last_value FROM %s', bd) INTO rmax;
             END IF;
+            -- Made with a DDL and not yet enabled (docs/state-model.md,
+            -- "Blocks made with the DDL"): enabled here once that DDL has
+            -- committed; in its own transaction, no block.
+            IF rmax < 0 THEN
+                IF snowflake._blk_enable(bd) THEN
+                    rmax := 0;
+                ELSE
+                    bk := NULL;
+                    bd := NULL;
+                END IF;
+            END IF;
         END IF;
 
         -- S, or what the narrow store holds above it (_narrow_put): _s_pos,
@@ -700,7 +711,13 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF to_regclass('snowflake.' || bname) IS NOT NULL AND to_regclass('snowflake.' || dname) IS NOT NULL THEN
-        RETURN false;
+        -- Made with a DDL and not yet enabled: enabled under the lock.
+        EXECUTE format('SELECT last_value FROM snowflake.%I', dname) INTO start;
+        IF start >= 0 THEN
+            RETURN false;
+        END IF;
+        PERFORM snowflake._seq_lock(seq);
+        RETURN snowflake._blk_enable(('snowflake.' || quote_ident(dname))::regclass);
     END IF;
     PERFORM snowflake._seq_lock(seq);
     -- No catalog notification for these (events.sql, _ddl_notify): they
@@ -729,6 +746,77 @@ BEGIN
         END IF;
     END IF;
     done := nextval('snowflake._hw_count');
+    RETURN true;
+END
+$fn$;
+
+-- _blk_enable enables R(seq, node), rd, made with a DDL
+-- (docs/state-model.md, "Blocks made with the DDL"): R uncalled at -(x +
+-- 1), x the DDL's transaction, no block may be made in it until x has
+-- committed and a caller under the lock has advanced _hw_count, so that a
+-- session that missed B looks again. For callers that hold seq's lock:
+-- _issue and _blocks. R then starts where the sequence's one pair of
+-- earlier shims had its last block, as _blocks makes it. Returns whether
+-- rd is enabled; false while x is in progress (the caller's own
+-- transaction: no other sees R).
+CREATE OR REPLACE FUNCTION snowflake._blk_enable(rd regclass) RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    lv bigint;
+    shared regclass;
+    start bigint := 0;
+    done bigint;
+BEGIN
+    EXECUTE format('SELECT last_value FROM %s', rd) INTO lv;
+    IF lv >= 0 THEN
+        RETURN true;
+    END IF;
+    -- NULL: older than the status PostgreSQL keeps, long committed (an
+    -- aborted x left no R to see).
+    IF pg_xact_status((-lv - 1)::text::xid8) IS DISTINCT FROM 'committed'
+       AND pg_xact_status((-lv - 1)::text::xid8) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    shared := to_regclass('snowflake._blkd_' || (regexp_match(rd::text, '_blkd_([0-9]+)_'))[1]);
+    IF shared IS NOT NULL THEN
+        EXECUTE format('SELECT last_value FROM %s', shared) INTO start;
+        start := greatest(start, 0);
+    END IF;
+    done := setval(rd, start, false);
+    done := nextval('snowflake._hw_count');
+    RETURN true;
+END
+$fn$;
+
+-- _blocks_at_ddl makes B(seq, node) and R(seq, node) in the caller's
+-- transaction, R not yet enabled (_blk_enable): for the event trigger
+-- that sees a DDL name seq in a snowflake.nextval default, so that the
+-- first statement after it is planned with them. No lock and no
+-- _hw_count: the DDL's transaction may last long. Only a role that may
+-- setval seq may, as for _blocks. Returns whether it made them.
+CREATE OR REPLACE FUNCTION snowflake._blocks_at_ddl(seq regclass, node integer) RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    bname text := '_blk_' || seq::oid::text || '_' || node::text;
+    dname text := '_blkd_' || seq::oid::text || '_' || node::text;
+    marker bigint;
+BEGIN
+    IF (SELECT c.relkind FROM pg_class c WHERE c.oid = seq) IS DISTINCT FROM 'S' OR node NOT BETWEEN 1 AND 1023
+       OR NOT has_sequence_privilege(session_user, seq, 'UPDATE')
+       OR to_regclass('snowflake.' || bname) IS NOT NULL OR to_regclass('snowflake.' || dname) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    marker := -(pg_current_xact_id()::text::bigint) - 1;
+    PERFORM set_config('snowflake._blocks_ddl', 'on', true);
+    EXECUTE format('CREATE SEQUENCE snowflake.%I AS bigint MINVALUE 0 START 0 CYCLE', bname);
+    EXECUTE format('CREATE SEQUENCE snowflake.%I AS bigint MINVALUE %s START %s NO CYCLE', dname, marker, marker);
+    PERFORM snowflake._private(('snowflake.' || quote_ident(bname))::regclass, 'USAGE');
+    PERFORM snowflake._private(('snowflake.' || quote_ident(dname))::regclass, 'SELECT');
+    PERFORM set_config('snowflake._blocks_ddl', '', true);
     RETURN true;
 END
 $fn$;
@@ -1058,8 +1146,8 @@ BEGIN
             blk_top := greatest(blk_top, blk_pos);
         END IF;
     END LOOP;
-    IF to_regclass('snowflake._blkd_' || seq::oid::text || '_' || node::text) IS NULL
-       AND has_sequence_privilege(session_user, seq, 'UPDATE') THEN
+    -- Made, or enabled when a DDL made them (_blocks).
+    IF has_sequence_privilege(session_user, seq, 'UPDATE') THEN
         PERFORM snowflake._blocks(seq, node);
     END IF;
     -- A sequence narrower than a snowflake is widened as the 2.5.0 repair
@@ -1464,7 +1552,8 @@ REVOKE SELECT, UPDATE ON SEQUENCE snowflake.id_seq FROM PUBLIC;
 GRANT USAGE ON SEQUENCE snowflake.id_seq TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA snowflake TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._narrow_put(bigint), snowflake._narrow_note(regclass),
-    snowflake._s_pos(regclass), snowflake._store(regclass, bigint), snowflake._seq_lock(regclass) FROM PUBLIC;
+    snowflake._s_pos(regclass), snowflake._store(regclass, bigint), snowflake._seq_lock(regclass),
+    snowflake._blk_enable(regclass) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._lease(regclass, integer, bigint, bigint, bigint),
     snowflake._release(regclass, integer, bigint, bigint), snowflake._blocks(regclass, integer),
     snowflake._private(regclass, text) FROM PUBLIC;
