@@ -84,8 +84,8 @@ func TestBlocksMadeWithTheDDL(t *testing.T) {
 		t.Fatalf("%d of %d rows after the commit ran the slow path", slow, n)
 	}
 
-	// A default set on a table that exists; and a role that may not
-	// setval the sequence makes none.
+	// A default set on a table that exists; a role without privileges
+	// makes them for its own sequence, none for one it may not setval.
 	mustExec(t, c, "CREATE SEQUENCE s_alter")
 	mustExec(t, c, "ALTER TABLE t_tx ADD COLUMN w bigint")
 	mustExec(t, c, "ALTER TABLE t_tx ALTER COLUMN w SET DEFAULT snowflake.nextval('s_alter')")
@@ -98,9 +98,14 @@ func TestBlocksMadeWithTheDDL(t *testing.T) {
 	mustExec(t, c, "GRANT USAGE ON SEQUENCE s_other TO "+user)
 	mustExec(t, c, "SET SESSION AUTHORIZATION "+user)
 	mustExec(t, c, "CREATE TABLE t_other (id bigint DEFAULT snowflake.nextval('s_other'), v int)")
+	mustExec(t, c, "CREATE SEQUENCE s_own")
+	mustExec(t, c, "CREATE TABLE t_own (id bigint DEFAULT snowflake.nextval('s_own'), v int)")
 	mustExec(t, c, "RESET SESSION AUTHORIZATION")
 	if r := blockStart(t, c, seqOID(t, c, "s_other"), 3); r != -1<<62 {
 		t.Fatalf("R of a sequence the DDL's role may not setval is %d, want none", r)
+	}
+	if r := blockStart(t, c, seqOID(t, c, "s_own"), 3); r >= 0 || r == -1<<62 {
+		t.Fatalf("R of the DDL's role's own sequence is %d, want made and not enabled", r)
 	}
 }
 
