@@ -95,6 +95,8 @@ type catalogWatch struct {
 	// blocksLogged is set once makeBlocks has logged a failure; only the
 	// watch's goroutine touches it.
 	blocksLogged bool
+	// runs counts makeBlocks' runs, for AwaitBlocks.
+	runs blockRuns
 	// privs is the privilege epoch (privilege_epoch.go): it moves with cur
 	// and when the privileges' fingerprint changes; 0 while the watch is
 	// not connected. Its values come from Service.privEpochs.
@@ -293,6 +295,8 @@ func (w *catalogWatch) check(conn *pgx.Conn) (bool, error) {
 // read-only server or a role that may not make them leaves the slow path:
 // logged once per watch at debug level, never fatal to the watch.
 func (w *catalogWatch) makeBlocks(conn *pgx.Conn) {
+	w.runs.begin()
+	defer w.runs.end()
 	ctx, cancel := context.WithTimeout(w.s.ctx, epochQueryTimeout)
 	defer cancel()
 	var made int

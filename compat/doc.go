@@ -36,7 +36,9 @@
 // LeaseStats and CatalogWatches (catalog_epoch.go) report to metrics. The
 // catalog watch of each database (catalog_epoch.go) tells sessions when
 // DDL made elsewhere may have made their caches stale, and when what
-// roles may use may have changed unannounced (privilege_epoch.go). Both
+// roles may use may have changed unannounced (privilege_epoch.go); a
+// session that ran DDL waits for it to make per-row blocks before its next
+// INSERT where no event trigger makes them (awaitblocks.go). Both
 // the watch and the claim stop, with their connections, once no session
 // has used them for DatabaseIdle.
 //

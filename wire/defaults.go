@@ -6,6 +6,7 @@ import (
 	"github.com/snowflake-proxy/snowflake-proxy/compat/catalog"
 
 	"github.com/snowflake-proxy/snowflake-proxy/rewrite/plan"
+	"github.com/snowflake-proxy/snowflake-proxy/wire/netloop"
 )
 
 // Column defaults on the fast path (docs/architecture.md).
@@ -62,6 +63,35 @@ func (p *clientPump) checkEpoch() uint64 {
 		m.relEpoch, m.privEpoch = e, pe
 	}
 	return e
+}
+
+// awaitBlocks waits, once after the session's own DDL has committed, for
+// the per-row blocks that no event trigger made with it
+// (Snowflakes.AwaitBlocks), before a statement that may evaluate snowflake
+// column defaults in the server (INSERT, COPY FROM, EXECUTE, a DO block):
+// planned without them, it would run every row in the shim's slow path.
+// Where the catalog epoch is not 0 the event triggers made them with the
+// DDL. On a loop thread it returns errHandover, before anything changed.
+func (p *clientPump) awaitBlocks(pl *plan.Plan) error {
+	m := &p.mirror
+	if !m.blocksDue || p.cfg.Snowflakes == nil || (pl.Inserts == nil && pl.Touches&plan.TouchShim == 0) {
+		return nil
+	}
+	safe, status := p.state()
+	if !safe || status != 'I' {
+		return nil // the DDL may not have committed yet
+	}
+	if e, _ := p.cfg.Snowflakes.CatalogEpochs(p.db); e != 0 {
+		m.blocksDue = false
+		return nil
+	}
+	if p.onLoop() {
+		return errHandover
+	}
+	m.blocksDue = false
+	netloop.MayWait("AwaitBlocks")
+	p.cfg.Snowflakes.AwaitBlocks(p.db)
+	return nil
 }
 
 // insertTemplate returns the template to send for pl: pl.Template, or the

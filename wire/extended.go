@@ -71,6 +71,9 @@ func (p *clientPump) parse() error {
 	}
 	name, query := msg.Name, msg.Query
 	pl := p.plan(query)
+	if err := p.awaitBlocks(pl); err != nil {
+		return p.handOver(query, pl, err)
+	}
 	if pl.Copy != nil && len(name) == 0 {
 		if done, err := p.parseCopy(pl, msg); done || err != nil {
 			return p.handOver(query, pl, err)

@@ -133,6 +133,7 @@ type fakeSnowflakes struct {
 	fences atomic.Int64
 	wait   atomic.Bool   // TryNextvalBatch reports that NextvalBatch would wait
 	after  atomic.Uint64 // the fence ticket of the latest request
+	awaits atomic.Int64  // AwaitBlocks calls
 }
 
 func (f *fakeSnowflakes) NextvalBatch(ctx context.Context, db string, node int, reqs []generator.Request) error {
@@ -160,6 +161,9 @@ func (f *fakeSnowflakes) TryNextvalBatch(db string, node int, reqs []generator.R
 func (f *fakeSnowflakes) CatalogEpochs(db string) (uint64, uint64) {
 	return f.epoch.Load(), f.privs.Load()
 }
+
+// AwaitBlocks counts its calls.
+func (f *fakeSnowflakes) AwaitBlocks(db string) { f.awaits.Add(1) }
 
 // FenceTicket counts fences; the fake's IDs only grow, so nothing else is
 // needed.

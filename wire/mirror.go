@@ -19,6 +19,9 @@ type mirror struct {
 	readOnly bool
 	role     string
 	shim     bool
+	// blocksDue: the session ran DDL since it last awaited the per-row
+	// blocks (defaults.go).
+	blocksDue bool
 	// pid is pg_backend_pid() at the last refresh: the server process
 	// that answered, which behind a pooler is not the one the session's
 	// BackendKeyData names, and changes between transactions.
@@ -62,6 +65,9 @@ func (m *mirror) invalidate(t plan.Touch) {
 	if t&(plan.TouchSearchPath|plan.TouchRole|plan.TouchCatalog|plan.TouchAll) != 0 {
 		clear(m.seqs)
 		m.dropRels()
+	}
+	if t&plan.TouchCatalog != 0 {
+		m.blocksDue = true
 	}
 }
 

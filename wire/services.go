@@ -61,6 +61,14 @@ type Snowflakes interface {
 	// them with the values their caches were built at, on every INSERT:
 	// it must be cheap (a map lookup and atomic loads) and must not block.
 	CatalogEpochs(database string) (catalog, privilege uint64)
+	// AwaitBlocks waits, briefly and bounded, until the per-row blocks of
+	// the sequences that database's snowflake column defaults name are
+	// made (docs/state-model.md, "Blocks"), where CatalogEpochs is 0 (no
+	// event trigger makes them with the DDL). A session calls it on its
+	// goroutine before an INSERT whose defaults go to the server, once
+	// after its own committed DDL, so that the INSERT is planned with
+	// them.
+	AwaitBlocks(database string)
 	// FenceTicket returns a ticket for the requests of one session
 	// (generator.Request.After): their IDs continue above every ID issued
 	// before it by other paths (the server's shim, setval, ALTER

@@ -24,6 +24,9 @@ func (p *clientPump) query() error {
 	}
 	text := msg.SQL
 	pl := p.plan(text)
+	if err := p.awaitBlocks(pl); err != nil {
+		return p.handOver(text, pl, err)
+	}
 	if pl.Copy != nil {
 		if done, err := p.copyQuery(pl); done || err != nil {
 			return p.handOver(text, pl, err)
