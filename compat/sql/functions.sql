@@ -775,8 +775,7 @@ BEGIN
     END IF;
     -- NULL: older than the status PostgreSQL keeps, long committed (an
     -- aborted x left no R to see).
-    IF pg_xact_status((-lv - 1)::text::xid8) IS DISTINCT FROM 'committed'
-       AND pg_xact_status((-lv - 1)::text::xid8) IS NOT NULL THEN
+    IF coalesce(pg_xact_status((-lv - 1)::text::xid8), 'committed') <> 'committed' THEN
         RETURN false;
     END IF;
     shared := to_regclass('snowflake._blkd_' || (regexp_match(rd::text, '_blkd_([0-9]+)_'))[1]);
