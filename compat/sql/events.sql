@@ -49,14 +49,8 @@ BEGIN
                 JOIN pg_depend q ON q.classid = f.classid AND q.objid = f.objid
                      AND q.refclassid = 'pg_class'::regclass
                 JOIN pg_class s ON s.oid = q.refobjid AND s.relkind = 'S',
-                LATERAL (SELECT substring(current_setting('snowflake.node', true) FROM '^[0-9]{1,4}$')::integer AS m
-                         UNION
-                         SELECT substring(cfg FROM '^snowflake\.node=([0-9]{1,4})$')::integer
-                         FROM pg_db_role_setting d, unnest(d.setconfig) AS cfg
-                         WHERE d.setdatabase IN (0, (SELECT b.oid FROM pg_database b
-                                                     WHERE b.datname = current_database()))) x
+                unnest(snowflake._blk_nodes(NULL)) AS x(m)
                 WHERE c.classid = 'pg_class'::regclass AND c.object_type = 'table'
-                  AND x.m BETWEEN 1 AND 1023
             LOOP
                 PERFORM snowflake._blocks_at_ddl(r.seq, r.node);
             END LOOP;

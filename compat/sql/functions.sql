@@ -674,6 +674,50 @@ BEGIN
 END
 $fn$;
 
+-- _blk_make creates B(seq, node) and R(seq, node), R uncalled at r_start,
+-- with what PUBLIC may do with them (_private), in the caller's
+-- transaction: for _blocks and _blocks_at_ddl, which run as the installer
+-- and decide when. No catalog notification for these (events.sql,
+-- _ddl_notify): they change nothing the proxies cache. B cycles: drawing
+-- it by hand to its end must not make it fail.
+CREATE OR REPLACE FUNCTION snowflake._blk_make(seq regclass, node integer, r_start bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    bname text := '_blk_' || seq::oid::text || '_' || node::text;
+    dname text := '_blkd_' || seq::oid::text || '_' || node::text;
+BEGIN
+    PERFORM set_config('snowflake._blocks_ddl', 'on', true);
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 CYCLE', bname);
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE %s START %s NO CYCLE',
+                   dname, least(r_start, 0), r_start);
+    PERFORM snowflake._private(('snowflake.' || quote_ident(bname))::regclass, 'USAGE');
+    PERFORM snowflake._private(('snowflake.' || quote_ident(dname))::regclass, 'SELECT');
+    PERFORM set_config('snowflake._blocks_ddl', '', true);
+END
+$fn$;
+
+-- _blk_shared_start is where the one pair of block sequences that shims
+-- before per-node blocks kept for the sequence seq_oid had its last block
+-- (its R), 0 without: where each R(seq, node) starts, so that no block is
+-- made below it (docs/state-model.md, "From one B per sequence to one per
+-- node").
+CREATE OR REPLACE FUNCTION snowflake._blk_shared_start(seq_oid oid) RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    shared regclass := to_regclass('snowflake._blkd_' || seq_oid::text);
+    start bigint;
+BEGIN
+    IF shared IS NOT NULL THEN
+        EXECUTE format('SELECT last_value FROM %s', shared) INTO start;
+    END IF;
+    RETURN greatest(coalesce(start, 0), 0);
+END
+$fn$;
+
 -- _blocks makes B(seq, node) and R(seq, node) in the caller's
 -- transaction, which should commit at once: the proxy calls it on its
 -- control connection, _lease in its own. Only a role that may setval seq
@@ -699,7 +743,6 @@ AS $fn$
 DECLARE
     bname text := '_blk_' || seq::oid::text || '_' || node::text;
     dname text := '_blkd_' || seq::oid::text || '_' || node::text;
-    shared regclass;
     start bigint;
     done bigint;
 BEGIN
@@ -720,30 +763,18 @@ BEGIN
         RETURN snowflake._blk_enable(('snowflake.' || quote_ident(dname))::regclass);
     END IF;
     PERFORM snowflake._seq_lock(seq);
-    -- No catalog notification for these (events.sql, _ddl_notify): they
-    -- change nothing the proxies cache.
-    PERFORM set_config('snowflake._blocks_ddl', 'on', true);
     BEGIN
-        -- B cycles: drawing it by hand to its end must not make it fail.
-        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 CYCLE', bname);
-        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS snowflake.%I AS bigint MINVALUE 0 START 0 NO CYCLE', dname);
-        PERFORM snowflake._private(('snowflake.' || quote_ident(bname))::regclass, 'USAGE');
-        PERFORM snowflake._private(('snowflake.' || quote_ident(dname))::regclass, 'SELECT');
+        PERFORM snowflake._blk_make(seq, node, 0);
     EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN
         -- Made at the same time by another caller (a lease and the
         -- proxy's catalog watch), who committed first. duplicate_object:
         -- a catalog cache that does not show the other's relation yet
         -- finds its row type (regression: the lease failed).
-        PERFORM set_config('snowflake._blocks_ddl', '', true);
         RETURN false;
     END;
-    PERFORM set_config('snowflake._blocks_ddl', '', true);
-    shared := to_regclass('snowflake._blkd_' || seq::oid::text);
-    IF shared IS NOT NULL THEN
-        EXECUTE format('SELECT last_value FROM %s', shared) INTO start;
-        IF start > 0 THEN
-            done := setval(('snowflake.' || quote_ident(dname))::regclass, start, false);
-        END IF;
+    start := snowflake._blk_shared_start(seq::oid);
+    IF start > 0 THEN
+        done := setval(('snowflake.' || quote_ident(dname))::regclass, start, false);
     END IF;
     done := nextval('snowflake._hw_count');
     RETURN true;
@@ -765,8 +796,6 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     lv bigint;
-    shared regclass;
-    start bigint := 0;
     done bigint;
 BEGIN
     EXECUTE format('SELECT last_value FROM %s', rd) INTO lv;
@@ -778,12 +807,7 @@ BEGIN
     IF coalesce(pg_xact_status((-lv - 1)::text::xid8), 'committed') <> 'committed' THEN
         RETURN false;
     END IF;
-    shared := to_regclass('snowflake._blkd_' || (regexp_match(rd::text, '_blkd_([0-9]+)_'))[1]);
-    IF shared IS NOT NULL THEN
-        EXECUTE format('SELECT last_value FROM %s', shared) INTO start;
-        start := greatest(start, 0);
-    END IF;
-    done := setval(rd, start, false);
+    done := setval(rd, snowflake._blk_shared_start((regexp_match(rd::text, '_blkd_([0-9]+)_'))[1]::oid), false);
     done := nextval('snowflake._hw_count');
     RETURN true;
 END
@@ -802,20 +826,13 @@ AS $fn$
 DECLARE
     bname text := '_blk_' || seq::oid::text || '_' || node::text;
     dname text := '_blkd_' || seq::oid::text || '_' || node::text;
-    marker bigint;
 BEGIN
     IF (SELECT c.relkind FROM pg_class c WHERE c.oid = seq) IS DISTINCT FROM 'S' OR node NOT BETWEEN 1 AND 1023
        OR NOT has_sequence_privilege(session_user, seq, 'UPDATE')
        OR to_regclass('snowflake.' || bname) IS NOT NULL OR to_regclass('snowflake.' || dname) IS NOT NULL THEN
         RETURN false;
     END IF;
-    marker := -(pg_current_xact_id()::text::bigint) - 1;
-    PERFORM set_config('snowflake._blocks_ddl', 'on', true);
-    EXECUTE format('CREATE SEQUENCE snowflake.%I AS bigint MINVALUE 0 START 0 CYCLE', bname);
-    EXECUTE format('CREATE SEQUENCE snowflake.%I AS bigint MINVALUE %s START %s NO CYCLE', dname, marker, marker);
-    PERFORM snowflake._private(('snowflake.' || quote_ident(bname))::regclass, 'USAGE');
-    PERFORM snowflake._private(('snowflake.' || quote_ident(dname))::regclass, 'SELECT');
-    PERFORM set_config('snowflake._blocks_ddl', '', true);
+    PERFORM snowflake._blk_make(seq, node, -(pg_current_xact_id()::text::bigint) - 1);
     RETURN true;
 END
 $fn$;
@@ -879,6 +896,24 @@ BEGIN
 END
 $fn$;
 
+-- _blk_nodes are the nodes blocks are made for: node (a proxy's; NULL:
+-- none), the session's snowflake.node and every node the database's or a
+-- role's settings give it.
+CREATE OR REPLACE FUNCTION snowflake._blk_nodes(node integer) RETURNS integer[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT array_agg(DISTINCT x.m)
+    FROM (SELECT node AS m
+          UNION ALL
+          SELECT substring(current_setting('snowflake.node', true) FROM '^[0-9]{1,4}$')::integer
+          UNION ALL
+          SELECT substring(cfg FROM '^snowflake\.node=([0-9]{1,4})$')::integer
+          FROM pg_db_role_setting d, unnest(d.setconfig) AS cfg
+          WHERE d.setdatabase IN (0, (SELECT b.oid FROM pg_database b WHERE b.datname = current_database()))) x
+    WHERE x.m BETWEEN 1 AND 1023
+$fn$;
+
 -- _blocks_all makes the blocks of snowflake.id_seq and of every sequence
 -- named in a snowflake.nextval column default that has none and that the
 -- caller may setval, for node (the proxy's; NULL: none), the session's
@@ -902,15 +937,7 @@ BEGIN
     IF NOT has_function_privilege('snowflake._blocks(regclass, integer)', 'EXECUTE') THEN
         RETURN 0; -- not a proxy's role (see "Privileges" below)
     END IF;
-    SELECT array_agg(DISTINCT x.m) INTO nodes
-    FROM (SELECT node AS m
-          UNION ALL
-          SELECT substring(current_setting('snowflake.node', true) FROM '^[0-9]{1,4}$')::integer
-          UNION ALL
-          SELECT substring(cfg FROM '^snowflake\.node=([0-9]{1,4})$')::integer
-          FROM pg_db_role_setting d, unnest(d.setconfig) AS cfg
-          WHERE d.setdatabase IN (0, (SELECT b.oid FROM pg_database b WHERE b.datname = current_database()))) x
-    WHERE x.m BETWEEN 1 AND 1023;
+    nodes := snowflake._blk_nodes(node);
     -- In the order of the lock rows (_blocks takes each sequence's), so
     -- that two callers making blocks at once (two proxies' watches) cannot
     -- deadlock.
@@ -1552,7 +1579,7 @@ GRANT USAGE ON SEQUENCE snowflake.id_seq TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA snowflake TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._narrow_put(bigint), snowflake._narrow_note(regclass),
     snowflake._s_pos(regclass), snowflake._store(regclass, bigint), snowflake._seq_lock(regclass),
-    snowflake._blk_enable(regclass) FROM PUBLIC;
+    snowflake._blk_enable(regclass), snowflake._blk_make(regclass, integer, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION snowflake._lease(regclass, integer, bigint, bigint, bigint),
     snowflake._release(regclass, integer, bigint, bigint), snowflake._blocks(regclass, integer),
     snowflake._private(regclass, text) FROM PUBLIC;
