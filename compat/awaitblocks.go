@@ -14,11 +14,12 @@ import (
 // watch makes them, at its next check: a script's INSERT ... SELECT right
 // after its CREATE TABLE was planned before, and ran every row in the slow
 // path. A session through the proxy that ran DDL therefore waits, before
-// its next INSERT leaves defaults to the server, for one run of the
-// watch's makeBlocks begun after the DDL committed (AwaitBlocks).
+// its next statement that may evaluate defaults in the server (an INSERT,
+// COPY FROM, EXECUTE or DO: wire/defaults.go), for one run of the watch's
+// makeBlocks begun after the DDL committed (AwaitBlocks).
 
 // awaitBlocksMax bounds that wait: a watch that is not connected makes no
-// run, and the INSERT then goes on without blocks, as before.
+// run, and the statement then goes on without blocks, as before.
 const awaitBlocksMax = 500 * time.Millisecond
 
 // blockRuns counts a watch's runs of makeBlocks; waiters wake at the end
