@@ -145,3 +145,46 @@ func TestNarrowStoreTakesNothingFarAhead(t *testing.T) {
 		t.Fatalf("lease of a narrow sequence: hi_pos %d", hi)
 	}
 }
+
+// A call that read a narrow sequence's parameters, then waited for the
+// lock while a lease widened the sequence and another write set it ahead
+// of the clock, issues above that value: it reads the parameters again
+// under the lock. It raised "outside its bounds", the old MAXVALUE held
+// against the new value (regression, seen as a rare failure of
+// TestNarrowSequencesConcurrent).
+func TestNarrowSequenceWidenedWhileACallWaits(t *testing.T) {
+	t.Parallel()
+	url, c, _, _ := shimDB(t)
+	closeLockWindow(t, c)
+	mustExec(t, c, "CREATE SEQUENCE nw MAXVALUE 1000")
+	mustExec(t, c, "BEGIN")
+	mustExec(t, c, "SELECT * FROM snowflake._lease('nw', 6, 0, 0, 0)")
+	ahead := queryInt(t, c, fmt.Sprintf("SELECT ((%s + 1000) << 22) | (6 << 12)", serverMsSQL))
+	mustExec(t, c, fmt.Sprintf("SELECT setval('nw', %d)", ahead))
+
+	x := connect(t, url)
+	mustExec(t, x, "SET snowflake.node = 6")
+	pid := queryInt(t, x, "SELECT pg_backend_pid()")
+	type result struct {
+		id  int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.err = x.QueryRow(context.Background(), "SELECT snowflake.nextval('nw')").Scan(&r.id)
+		done <- r
+	}()
+	w := connect(t, url)
+	waitFor(t, "the call to wait for the lease's lock", func() bool {
+		return queryInt(t, w, "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted", pid) > 0
+	})
+	mustExec(t, c, "COMMIT")
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the call that waited: %v", r.err)
+	}
+	if r.id <= ahead {
+		t.Fatalf("the call that waited got %v, want above %v", generator.Decode(r.id), generator.Decode(ahead))
+	}
+}

@@ -270,15 +270,6 @@ BEGIN
         RAISE EXCEPTION '% is outside the valid range for parameter "snowflake.node" (0 .. 1023)', node
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    prm := pg_sequence_parameters(seq);
-    inc := prm.increment;
-    IF inc < 1 THEN
-        -- The extension adds a negative increment to the 12-bit count,
-        -- which wraps below 0: the next millisecond, count 0. Where it
-        -- would not wrap (a count above 0 that another path left) it would
-        -- go back; this never does.
-        inc := 4096;
-    END IF;
     hwname := '_hw_' || seq::oid::text || '_' || node::text;
 
     -- The lock (sql/locks.sql), while the window is open the advisory
@@ -370,6 +361,21 @@ BEGIN
         -- IDs dated 2092.
         last := greatest(coalesce(pg_sequence_last_value(seq), 0), 0);
         s_own := (((last >> 22) & 2199023255551) << 12) | (last & 4095);
+        -- S's parameters, read after S: its first lock in this transaction,
+        -- just taken, made the session process catalog invalidations, so
+        -- they are those of the S read, also when a lease widened S while
+        -- this call waited for the lock (read before, the old MAXVALUE
+        -- against the new value raised "outside its bounds"; regression).
+        -- A later ALTER SEQUENCE waits for this transaction's lock on S.
+        prm := pg_sequence_parameters(seq);
+        inc := prm.increment;
+        IF inc < 1 THEN
+            -- The extension adds a negative increment to the 12-bit count,
+            -- which wraps below 0: the next millisecond, count 0. Where it
+            -- would not wrap (a count above 0 that another path left) it
+            -- would go back; this never does.
+            inc := 4096;
+        END IF;
         last := greatest(s_own, coalesce(pg_sequence_last_value('snowflake._hw_narrow'::regclass), 0));
         now_ms := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 1672531200000;
         IF bd IS NOT NULL AND prm.increment = 1 THEN
