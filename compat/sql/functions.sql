@@ -584,6 +584,24 @@ AS $fn$BEGIN
     RETURN pg_catalog.to_regclass(snowflake._blk_name($1, '_blkd_'));
 END$fn$;
 
+-- _blk_public is true when PUBLIC may use seq (USAGE or UPDATE, as the
+-- built-in nextval asks), so that every role may: IMMUTABLE like _blk, so
+-- that the planner folds nextval's privilege test away for such a
+-- sequence (docs/state-model.md, "The privilege test"). The plan stays
+-- valid only while the grant does: a GRANT or REVOKE on seq invalidates
+-- every plan that names it. False, not an error, for a relation that is
+-- no sequence: the call's own test raises the extension's error then.
+CREATE OR REPLACE FUNCTION snowflake._blk_public(regclass) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT
+AS $fn$BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_class c
+                   WHERE c.oid OPERATOR(pg_catalog.=) $1::pg_catalog.oid
+                     AND c.relkind OPERATOR(pg_catalog.=) 'S') THEN
+        RETURN false;
+    END IF;
+    RETURN pg_catalog.has_sequence_privilege('public', $1, 'USAGE, UPDATE');
+END$fn$;
+
 -- _now_ms was the clock of an earlier nextval; the clock test is now the
 -- comparison with to_timestamp below, which costs less per call than
 -- date_part.
@@ -612,7 +630,11 @@ $fn$;
 -- sequence, the session's snowflake.node reads as the text the plan was
 -- made for and the block is not behind the clock, and runs _nextval_slow
 -- otherwise (docs/state-model.md, "Blocks"), which checks everything the
--- extension does and raises its errors. A SQL expression without SET
+-- extension does and raises its errors. The planner drops the privilege
+-- test where PUBLIC may use the sequence (_blk_public); _blk_public comes
+-- second in the OR so that a plan that cannot fold it (the sequence a
+-- parameter of a generic plan) runs it only for a caller without the
+-- privilege. A SQL expression without SET
 -- clauses, not STRICT, so that the planner inlines it: AND stops at its
 -- first false operand (no draw without the privilege, nor from another
 -- node's block), and R is read before B is drawn (operands are evaluated
@@ -633,7 +655,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION snowflake.nextval(regclass DEFAULT 'snowflake.id_seq'::regclass) RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $fn$SELECT CASE
-    WHEN pg_catalog.has_sequence_privilege($1, 'USAGE')
+    WHEN (pg_catalog.has_sequence_privilege($1, 'USAGE') OR snowflake._blk_public($1))
      AND COALESCE(pg_catalog.current_setting('snowflake.node', true) OPERATOR(pg_catalog.=) snowflake._blk_node(), false)
      AND COALESCE(((OPERATOR(pg_catalog.-) pg_catalog.pg_sequence_last_value(snowflake._blkd($1))
            OPERATOR(pg_catalog.+) pg_catalog.nextval(snowflake._blk($1)))
