@@ -634,11 +634,10 @@ $fn$;
 -- test where PUBLIC may use the sequence (_blk_public); _blk_public comes
 -- second in the OR so that a plan that cannot fold it (the sequence a
 -- parameter of a generic plan) runs it only for a caller without the
--- privilege. A SQL expression without SET
--- clauses, not STRICT, so that the planner inlines it: AND stops at its
--- first false operand (no draw without the privilege, nor from another
--- node's block), and R is read before B is drawn (operands are evaluated
--- left to right). Operators are schema-qualified: an inlined body
+-- privilege. A SQL expression without SET clauses, not STRICT, so that
+-- the planner inlines it: AND stops at its first false operand (no draw
+-- without the privilege, nor from another node's block), and R is read
+-- before B is drawn (operands are evaluated left to right). Operators are schema-qualified: an inlined body
 -- resolves names in the caller's search_path. No test of the ID's node
 -- bits: B(S,N) holds only node N's IDs. The clock test is floor(now in
 -- ms) <= the ID's millisecond, written as now < the start of the ID's
