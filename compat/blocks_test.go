@@ -109,21 +109,7 @@ func TestBlocksPerRow(t *testing.T) {
 	}
 	mustExec(t, c, "SET snowflake.node = 3")
 
-	rows, err := c.Query(ctxT(t), "EXPLAIN (VERBOSE, COSTS OFF) SELECT snowflake.nextval('s')")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan += line + "\n"
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	plan := explainVerbose(t, c, "SELECT snowflake.nextval('s')")
 	if want := fmt.Sprintf("nextval('snowflake._blk_%d_3'::regclass)", oid); !strings.Contains(plan, want) {
 		t.Fatalf("plan %q does not draw %s", plan, want)
 	}

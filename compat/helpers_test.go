@@ -3,6 +3,7 @@ package compat
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,4 +186,27 @@ func (s *idSet) add(id int64, who string) {
 		s.t.Errorf("duplicate %v from %s and %s", generator.Decode(id), prev, who)
 	}
 	s.seen[id] = who
+}
+
+// explainVerbose is the plan of sql as EXPLAIN (VERBOSE, COSTS OFF)
+// prints it, one string.
+func explainVerbose(t *testing.T, c *testConn, sql string) string {
+	t.Helper()
+	rows, err := c.Query(ctxT(t), "EXPLAIN (VERBOSE, COSTS OFF) "+sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

@@ -6,29 +6,6 @@ import (
 	"testing"
 )
 
-// explainVerbose is the plan of sql as EXPLAIN VERBOSE prints it, one
-// string.
-func explainVerbose(t *testing.T, c *testConn, sql string) string {
-	t.Helper()
-	rows, err := c.Query(ctxT(t), "EXPLAIN VERBOSE "+sql)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var b strings.Builder
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString(line + "\n")
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
-}
-
 // The planner drops a call's privilege test only while PUBLIC may use the
 // sequence (docs/state-model.md, "The privilege test"): a plan cached
 // without it, a generic prepared statement's and a PL/pgSQL function's,
