@@ -66,11 +66,10 @@ const (
 )
 
 // makeBlocksSQL makes missing per-row blocks for the node $1 (NULL: the
-// proxy has none) and those the database's settings name, waiting at most a
-// second for a lock (a role that may setval the sequence holding it in an
-// open transaction).
-const makeBlocksSQL = `SELECT snowflake._blocks_all($1::pg_catalog.int4)
-	FROM (SELECT pg_catalog.set_config('lock_timeout', '1s', true)) AS timeout`
+// proxy has none) and those the database's settings name, yielding to DDL
+// (ddlyield.go); that bounds its wait for a role that may setval a
+// sequence and holds it in an open transaction too.
+const makeBlocksSQL = `SELECT snowflake._blocks_all($1::pg_catalog.int4) FROM ` + yieldToDDL
 
 // eventTriggersSQL counts the shim's enabled event triggers.
 const eventTriggersSQL = `SELECT count(*) FROM pg_catalog.pg_event_trigger

@@ -40,7 +40,9 @@
 // session that ran DDL waits for it to make per-row blocks before its next
 // INSERT where no event trigger makes them (awaitblocks.go). Both
 // the watch and the claim stop, with their connections, once no session
-// has used them for DatabaseIdle.
+// has used them for DatabaseIdle. The proxy's own statements that take
+// the lock (leases, releases, the watch's blocks) give way to the users'
+// DDL when the two wait for each other (ddlyield.go).
 //
 // The state model shared by the shim and the Go generator is described in
 // docs/state-model.md and at the top of sql/functions.sql: the sequence's

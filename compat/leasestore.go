@@ -69,7 +69,12 @@ func (f poolFunc) acquirePool(database string) (*controlPool, error) {
 
 func (f poolFunc) releasePool(*controlPool) {}
 
-const leaseQuery = `SELECT lo_pos, hi_pos, floor_pos, server_ms FROM snowflake._lease($1::pg_catalog.oid::pg_catalog.regclass, $2::pg_catalog.int4, $3::pg_catalog.int8, $4::pg_catalog.int8, $5::pg_catalog.int8)`
+// leaseQuery calls _lease once, yielding to DDL (ddlyield.go): the inner
+// query calls it after the setting, OFFSET 0 keeps it there, and the outer
+// one takes the fields of its one result.
+const leaseQuery = `SELECT (l).lo_pos, (l).hi_pos, (l).floor_pos, (l).server_ms
+FROM (SELECT snowflake._lease($1::pg_catalog.oid::pg_catalog.regclass, $2::pg_catalog.int4, $3::pg_catalog.int8,
+	$4::pg_catalog.int8, $5::pg_catalog.int8) AS l FROM ` + yieldToDDL + ` OFFSET 0) AS lease`
 
 // Lease implements generator.LeaseStore. The per-(sequence, node)
 // high-water sequence in the server is the truth; when it is not prevHi,
@@ -98,7 +103,9 @@ func (l *LeaseStore) Lease(ctx context.Context, key generator.Key, prevHi, wantH
 	return lease, nil
 }
 
-const releaseQuery = `SELECT snowflake._release($1::pg_catalog.oid::pg_catalog.regclass, $2::pg_catalog.int4, $3::pg_catalog.int8, $4::pg_catalog.int8)`
+// releaseQuery calls _release, yielding to DDL (ddlyield.go).
+const releaseQuery = `SELECT snowflake._release($1::pg_catalog.oid::pg_catalog.regclass, $2::pg_catalog.int4,
+	$3::pg_catalog.int8, $4::pg_catalog.int8) FROM ` + yieldToDDL
 
 // Release implements generator.Releaser through the shim's
 // snowflake._release.
