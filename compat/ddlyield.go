@@ -8,16 +8,18 @@ package compat
 // those objects (DROP EXTENSION, DROP SCHEMA snowflake CASCADE, DROP TABLE
 // of a table whose sequence has blocks) takes them in its own order and can
 // close a cycle with such a statement. PostgreSQL then aborts the
-// transaction whose deadlock_timeout runs out first: the one that waited
-// first, often the user's (regression: DROP EXTENSION right after CREATE
-// EXTENSION failed with 40P01 while the watch made the new blocks). These
+// transaction whose deadlock_timeout runs out first: the one that began to
+// wait first, often the user's (regression: DROP EXTENSION right after
+// CREATE EXTENSION and a first nextval failed with 40P01 in CI). These
 // statements therefore wait at most half the session's deadlock_timeout
-// for any lock, and fail with lock_not_available (55P03) first (or at their
-// own timeout, should that come sooner). Nothing is
-// lost: a failed lease leaves the session's statement to the shim, which
-// waits as the extension would, and blocks not made leave per-row calls on
-// the slow path until a later lease or DDL makes them. The user's
-// transaction is never aborted by the proxy's.
+// for any lock and fail with lock_not_available (55P03) first (or at their
+// own timeout, should that come sooner): the user's transaction is the one
+// aborted only if the proxy's statement began its wait more than half a
+// deadlock_timeout after the DDL began its own, where the proxy's steps
+// between two locks take milliseconds. Nothing is lost: a failed lease
+// leaves the session's statement to the shim, which waits as the
+// extension would, and blocks not made leave per-row calls on the slow
+// path until a later lease or DDL makes them.
 
 // yieldToDDL is a FROM item that sets lock_timeout, for the statement's
 // transaction, to half the session's deadlock_timeout (at least 1 ms). A

@@ -17,12 +17,12 @@ import (
 // lease, the catalog watch making blocks) caught in a lock cycle with a
 // user's DDL gives way, and the DDL succeeds. Regression: a DROP EXTENSION
 // sent right after CREATE EXTENSION and a first nextval failed with
-// "deadlock detected" (40P01) once in CI. The watch was making the new
-// sequence's blocks: it held the lock's rows of snowflake._locks and
-// waited to create a sequence in schema snowflake, which the DROP held
-// while it waited for snowflake._locks. PostgreSQL aborts whichever
-// transaction's deadlock_timeout runs out first, here the DROP's, which
-// had waited longer.
+// "deadlock detected" (40P01) once in CI, while the catalog watch made the
+// new extension's blocks and the first lease ran. Such a statement holds a
+// row of snowflake._locks and then creates a sequence in schema snowflake,
+// which the DROP holds while it waits for snowflake._locks. PostgreSQL
+// aborts the transaction whose deadlock_timeout runs out first, the one
+// that began to wait first: the DROP.
 //
 // The cycle is made every time: a third session holds snowflake._locks, so
 // that the background statement waits there holding its first locks; the
@@ -35,7 +35,7 @@ func TestBackgroundWorkYieldsToDDL(t *testing.T) {
 		name string
 		// run is the background statement on a database with the shim and
 		// a sequence s (OID oid) that no lease has touched: both create a
-		// sequence in schema snowflake after taking s's row of _locks.
+		// sequence in schema snowflake after taking a row of _locks.
 		run func(ctx context.Context, url, db string, oid uint32) error
 		// match finds its backend in pg_stat_activity.query.
 		match string
