@@ -33,22 +33,29 @@ func TestBackgroundWorkYieldsToDDL(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		// run is the background statement on a database with the shim and
-		// a sequence s (OID oid) that no lease has touched: both create a
-		// sequence in schema snowflake after taking a row of _locks.
-		run func(ctx context.Context, url, db string, oid uint32) error
+		// prepare connects, on the test's goroutine, for the background
+		// statement on a database with the shim and a sequence s (OID oid)
+		// that no lease has touched, and returns the statement, which both
+		// cases make create a sequence in schema snowflake after taking a
+		// row of _locks.
+		prepare func(t *testing.T, url, db string, oid uint32) func(context.Context) error
 		// match finds its backend in pg_stat_activity.query.
 		match string
 	}{
-		{"lease", func(ctx context.Context, url, db string, oid uint32) error {
-			_, err := leaseStore(t, url).Lease(ctx, generator.Key{Database: db, Seq: oid, Node: 1}, 0, 1, 0)
-			return err
+		{"lease", func(t *testing.T, url, db string, oid uint32) func(context.Context) error {
+			st := leaseStore(t, url)
+			return func(ctx context.Context) error {
+				_, err := st.Lease(ctx, generator.Key{Database: db, Seq: oid, Node: 1}, 0, 1, 0)
+				return err
+			}
 		}, "%snowflake._lease(%"},
-		{"blocks", func(ctx context.Context, url, _ string, _ uint32) error {
+		{"blocks", func(t *testing.T, url, _ string, _ uint32) func(context.Context) error {
 			c := connect(t, url)
-			var made int64
-			// Node 2: no blocks of it exist yet, so it makes some.
-			return c.QueryRow(ctx, makeBlocksSQL, 2).Scan(&made)
+			return func(ctx context.Context) error {
+				var made int64
+				// Node 2: no blocks of it exist yet, so it makes some.
+				return c.QueryRow(ctx, makeBlocksSQL, 2).Scan(&made)
+			}
 		}, "%snowflake._blocks_all(%"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,8 +69,9 @@ func TestBackgroundWorkYieldsToDDL(t *testing.T) {
 			mustExec(t, holder, "BEGIN")
 			mustExec(t, holder, "LOCK TABLE snowflake._locks IN EXCLUSIVE MODE")
 
+			run, ctx := tc.prepare(t, url, db, oid), ctxT(t)
 			background := make(chan error, 1)
-			go func() { background <- tc.run(ctxT(t), url, db, oid) }()
+			go func() { background <- run(ctx) }()
 			waitFor(t, tc.name+" to wait for snowflake._locks", func() bool {
 				select {
 				case err := <-background:
